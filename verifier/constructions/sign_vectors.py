@@ -1,0 +1,84 @@
+"""Near-orthogonal sign vectors T(1..N) (seed 004, Lemma 2 and Corollary 8.1; constructions.md 0.4).
+
+Entries are +-1/sqrt(k), so <T(i), T(i)> = 1 exactly and only the off-diagonal Gram condition
+<T(i), T(j)> <= thresh (Cor 8.1: 1/4) needs checking.  Departure from the paper: Lemma 2's
+k = (8/gamma^2) ln 2N random signs are far wider than needed at the sizes we can check, so we use
+rows of a Sylvester Hadamard matrix (exactly orthogonal, k = 2^ceil(log2 N)) whenever that is no
+wider than the random rule of thumb k = 64 ln N (constructions.md 0.4), and otherwise seeded
+random signs, resampled until the Gram condition holds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+_TRIES = 100
+
+
+@dataclass
+class SignVectors:
+    T: np.ndarray  # (count, k), entries +-1/sqrt(k); row i-1 is T(i)
+    kind: str  # "hadamard" or "random"
+    seed: int | None
+    max_offdiag: float
+    ok: bool  # the Gram condition holds
+
+    def describe(self) -> dict:
+        return {"T": self.kind, "k": int(self.T.shape[1]), "T_seed": self.seed,
+                "gram_max_offdiag": self.max_offdiag, "gram_ok": self.ok}
+
+
+def hadamard(k: int) -> np.ndarray:
+    """Sylvester's Hadamard matrix of order k (a power of two), entries +-1."""
+    if k < 1 or k & (k - 1):
+        raise ValueError(f"Hadamard order must be a power of two, got {k}")
+    H = np.ones((1, 1), dtype=np.int64)
+    while H.shape[0] < k:
+        H = np.block([[H, H], [H, -H]])
+    return H
+
+
+def max_offdiag(T: np.ndarray, two_sided: bool = False) -> float:
+    G = T @ T.T
+    np.fill_diagonal(G, -np.inf)
+    if two_sided:
+        G = np.abs(G)
+        np.fill_diagonal(G, -np.inf)
+    return float(G.max()) if len(T) > 1 else -math.inf
+
+
+def sign_vectors(count: int, k: int | None = None, seed: int = 0, thresh: float = 0.25,
+                 two_sided: bool = False) -> SignVectors:
+    """`count` vectors with max_{i != j} <T(i), T(j)> <= thresh (|.| if two_sided)."""
+    k_hadamard = 1 << max(0, math.ceil(math.log2(count)))
+    if k is None:
+        if k_hadamard <= max(1, math.ceil(64 * math.log(count))):
+            k = k_hadamard
+        else:
+            k = math.ceil(64 * math.log(count))
+            while True:
+                found = _random(count, k, seed, thresh, two_sided)
+                if found.ok:
+                    return found
+                k = math.ceil(k * 1.1)
+    if k >= count and k & (k - 1) == 0:
+        T = hadamard(k)[:count] / math.sqrt(k)
+        off = max_offdiag(T, two_sided)
+        return SignVectors(T, "hadamard", None, off, off <= thresh)
+    return _random(count, k, seed, thresh, two_sided)
+
+
+def _random(count: int, k: int, seed: int, thresh: float, two_sided: bool) -> SignVectors:
+    """Seeded i.i.d. signs; seeds seed, seed+1, ... until the Gram check passes (else the best)."""
+    best = None
+    for s in range(seed, seed + _TRIES):
+        T = np.random.default_rng(s).choice([-1.0, 1.0], size=(count, k)) / math.sqrt(k)
+        off = max_offdiag(T, two_sided)
+        if best is None or off < best.max_offdiag:
+            best = SignVectors(T, "random", s, off, off <= thresh)
+        if best.ok:
+            return best
+    return best

@@ -1,0 +1,32 @@
+"""Engines by name.  Adding an engine: one module with a class that has `name`, `unsupported`
+and `run` (see `base.Engine`), and one entry in ENGINES."""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from .base import Engine, EngineResult, Found, Problem, RunOptions
+from .exhaustive import Exhaustive
+
+ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive()}
+AUTO_ORDER = ["exhaustive"]  # auto takes the first engine that supports the problem
+
+
+def choose(name: str, problem: Problem, opts: RunOptions) -> Engine:
+    if name == "auto":
+        reasons = []
+        for candidate in AUTO_ORDER:
+            why = ENGINES[candidate].unsupported(problem, opts)
+            if why is None:
+                return ENGINES[candidate]
+            reasons.append(f"{candidate}: {why}")
+        raise InputError("no engine can decide this problem (" + "; ".join(reasons) + ")")
+    if name not in ENGINES:
+        raise InputError(f"unknown engine {name!r}; known engines: auto, {', '.join(ENGINES)}")
+    engine = ENGINES[name]
+    why = engine.unsupported(problem, opts)
+    if why is not None:
+        raise InputError(f"engine {name} cannot decide this problem: {why}")
+    return engine
+
+
+__all__ = ["ENGINES", "Engine", "EngineResult", "Found", "Problem", "RunOptions", "choose"]

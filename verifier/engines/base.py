@@ -1,0 +1,66 @@
+"""The engine interface: every engine takes a `Problem` and `RunOptions`, returns an `EngineResult`.
+
+Engines only search; the verdict, the replay of every counterexample and the report are made in
+one place (`verifier.api`), whatever the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+import numpy as np
+
+from ..arithmetic import FixedPoint
+from ..model import Model
+from ..tasks import Task
+
+
+@dataclass
+class Problem:
+    """A model, a task, and the arithmetic to decide it in."""
+
+    task: Task
+    model: Model
+    arith: FixedPoint
+
+
+@dataclass
+class RunOptions:
+    max_counterexamples: int = 1
+    timeout: Optional[float] = None  # seconds; past it the verdict is unknown
+    start: int = 0  # the range of the task's enumeration to cover
+    stop: Optional[int] = None
+    workers: Optional[int] = None  # None: both cores for large spaces
+    progress: Optional[Callable[[int, int], None]] = None  # (covered, to_cover)
+
+
+@dataclass
+class Found:
+    """A failing input as an engine reports it (before the replay)."""
+
+    index: int
+    tokens: np.ndarray
+    expected: int
+    produced: int
+    reason: str  # wrong | tie | overflow
+    margin: float
+
+
+@dataclass
+class EngineResult:
+    status: str  # complete | interrupted | timeout
+    covered: int  # inputs decided, a prefix of the range in enumeration order
+    found: list[Found]
+    min_margin: Optional[float] = None
+    tightest: Optional[int] = None  # index of an input with the smallest margin
+    stats: dict = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    name: str
+
+    def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
+        """Why this engine cannot run the problem, or None."""
+
+    def run(self, problem: Problem, opts: RunOptions) -> EngineResult: ...

@@ -1,0 +1,165 @@
+"""The exhaustive engine: evaluate every input of the task, in the task's fixed order.
+
+Inputs go in chunks (a range of the enumeration) through the batched FX evaluator.  Chunks are
+handed to worker processes (fork; both cores for large spaces) with a bounded number in flight,
+so memory stays bounded whatever the input count, and results are taken in order, so that the
+first counterexample reported is the first in enumeration order and ``covered`` is always a
+prefix: a run that was stopped can be resumed from ``start = covered``.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..evaluator import Evaluator
+from .base import EngineResult, Found, Problem, RunOptions
+
+CHUNK = 1 << 17
+PARALLEL_ABOVE = 1 << 18
+LIMIT = 1 << 36  # beyond this enumeration is hopeless on this machine
+
+
+@dataclass
+class _Chunk:
+    covered: int
+    found: list[Found]
+    min_margin: Optional[float]
+    tightest: Optional[int]
+
+
+_STATE: dict = {}  # the worker's problem; set before forking, inherited by the workers
+
+
+def _check(start: int, stop: int) -> _Chunk:
+    task, ev, limit = _STATE["task"], _STATE["evaluator"], _STATE["limit"]
+    found: list[Found] = []
+    best, tightest = math.inf, None
+    for batch in task.batches(start, stop, lambda L: ev_batch_size(ev, L)):
+        out = ev.forward(batch.tokens)
+        margins = ev.margins(out, batch.expected)
+        i = int(np.argmin(margins))
+        if margins[i] < best:
+            best, tightest = float(margins[i]), int(batch.index[i])
+        bad = np.flatnonzero(ev.failures(out, batch.expected))
+        for j in bad[: max(0, limit - len(found))]:
+            reason = "overflow" if out.ovf[j] else "tie" if out.tie[j] else "wrong"
+            found.append(Found(int(batch.index[j]), batch.tokens[j].copy(), int(batch.expected[j]),
+                               int(out.pred[j]), reason, float(margins[j])))
+        if len(found) >= limit:
+            return _Chunk(found[-1].index + 1 - start, found, best, tightest)
+    return _Chunk(stop - start, found, best if tightest is not None else None, tightest)
+
+
+def ev_batch_size(ev: Evaluator, L: int) -> int:
+    """Inputs per batch so that the largest int64 temporary stays near 2^22 elements."""
+    model = ev.q
+    cost = 0
+    for li, layer in enumerate(model.layers):
+        Lq = 1 if li == len(model.layers) - 1 else L
+        H = len(layer.heads)
+        m, mv = layer.heads[0].W_Q.shape[0], layer.heads[0].W_V.shape[0]
+        if li == 0 and ev.tables is not None:
+            cost = max(cost, Lq * L * mv * H, 0 if ev.tables.logits is not None else Lq * L * m)
+        else:
+            cost = max(cost, Lq * L * m, L * m * model.d, L * mv * model.d, Lq * L * mv)
+        cost = max(cost, Lq * model.d * layer.W_O.shape[1])
+        if layer.has_ffn:
+            cost = max(cost, Lq * layer.W1.size)
+    return int(min(1 << 16, max(16, (1 << 22) // max(cost, 1))))
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Exhaustive:
+    name = "exhaustive"
+
+    def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
+        total = problem.task.total
+        if total > LIMIT:
+            return f"{total} inputs is beyond enumeration (limit 2^{int(math.log2(LIMIT))})"
+        return None
+
+    def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
+        t0 = time.monotonic()
+        stop = problem.task.total if opts.stop is None else opts.stop
+        start = opts.start
+        ev = Evaluator(problem.model, problem.arith)
+        _STATE.update(task=problem.task, evaluator=ev, limit=max(1, opts.max_counterexamples))
+        chunks = [(a, min(a + CHUNK, stop)) for a in range(start, stop, CHUNK)]
+        workers = opts.workers or (min(2, os.cpu_count() or 1) if stop - start > PARALLEL_ABOVE else 1)
+        result = EngineResult("complete", 0, [])
+        state = {"margin": math.inf}
+
+        def take(chunk: _Chunk) -> bool:
+            """Merge one chunk; True when the run should stop (enough counterexamples)."""
+            result.covered += chunk.covered
+            room = opts.max_counterexamples - len(result.found)
+            result.found.extend(chunk.found[:room])
+            if chunk.tightest is not None and chunk.min_margin < state["margin"]:
+                state["margin"], result.tightest = chunk.min_margin, chunk.tightest
+            if opts.progress:
+                opts.progress(result.covered, stop - start)
+            return len(result.found) >= opts.max_counterexamples
+
+        def deadline() -> Optional[float]:
+            return None if opts.timeout is None else opts.timeout - (time.monotonic() - t0)
+
+        try:
+            if workers == 1:
+                for a, b in chunks:
+                    left = deadline()
+                    if left is not None and left <= 0:
+                        result.status = "timeout"
+                        break
+                    if take(_check(a, b)):
+                        break
+            else:
+                self._parallel(chunks, workers, take, deadline, result)
+        except KeyboardInterrupt:
+            result.status = "interrupted"
+        if result.tightest is not None:
+            result.min_margin = state["margin"]
+        result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
+                        "seconds": time.monotonic() - t0,
+                        "layer0_logit_table": ev.tables.logits is not None}
+        return result
+
+    @staticmethod
+    def _parallel(chunks, workers, take, deadline, result) -> None:
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_ignore_sigint)
+        pending = []
+        it = iter(chunks)
+        try:
+            for a, b in it:
+                pending.append(pool.apply_async(_check, (a, b)))
+                if len(pending) >= 2 * workers:
+                    break
+            while pending:
+                left = deadline()
+                if left is not None and left <= 0:
+                    result.status = "timeout"
+                    return
+                try:
+                    chunk = pending[0].get(timeout=left)
+                except multiprocessing.TimeoutError:
+                    result.status = "timeout"
+                    return
+                pending.pop(0)
+                if take(chunk):
+                    return
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.append(pool.apply_async(_check, nxt))
+        finally:
+            pool.terminate()
+            pool.join()

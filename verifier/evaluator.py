@@ -1,0 +1,242 @@
+"""The evaluator: a batched forward pass of a `Model` in one arithmetic (FX or real).
+
+One pass, written once against the arithmetic interface of `verifier.arithmetic`:
+
+* **fast path** (``tables=True``, used by the engines).  A layer-0 input depends only on
+  (token, position), so layer 0's embeddings, Q, K, V, and, when small enough, every logit
+  <q, k> are computed once for all (position, token) pairs and then gathered.  This is exact
+  partial evaluation, not an approximation: the gathered codes are the codes the generic path
+  computes.  Saturation flags are gathered along with them.
+* **generic path** (``tables=False``): every intermediate computed from the batch; with a
+  recorder it keeps every intermediate of the input (``trace``).  Counterexamples are replayed
+  on this path, so the fast path is cross-checked on every reported failure.
+
+Only the last position is read out, so the last layer computes its query, FFN and readout at the
+last position only; keys and values are still computed at every position.  Saturations that
+cannot influence the output are therefore not computed and not reported under
+``overflow = error``.
+
+Linear maps skip the columns that are zero after quantization: R(0 * x) = 0 in every rounding
+mode, so skipping them is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .arithmetic import Arithmetic, Ctx, FixedPoint, Real, Recorder
+from .model import Model
+
+_LOGIT_TABLE_LIMIT = 1 << 24  # pairs x m products computed for the layer-0 logit table
+
+
+@dataclass
+class Outputs:
+    """What a batch evaluates to: readout scores, the answer, and the failure flags."""
+
+    scores: np.ndarray  # (B, C) in the arithmetic's representation
+    pred: np.ndarray  # (B,) int64: class (argmax) or bit pattern (threshold)
+    tie: np.ndarray  # (B,) bool: argmax had no strict maximum
+    ovf: np.ndarray  # (B,) bool: a saturation happened under overflow = error
+    where: list[str] = field(default_factory=list)  # saturation locations (trace mode)
+
+
+@dataclass
+class _Layer0Tables:
+    x0: np.ndarray  # (R, d), rows r = pos * V + tok
+    q: list[np.ndarray]  # per head (R, m)
+    k: list[np.ndarray]
+    v: list[np.ndarray]
+    logits: Optional[list[np.ndarray]]  # per head (R, R), or None when too large
+    q_ovf: np.ndarray  # (R,) saturation while computing a query row
+    kv_ovf: np.ndarray  # (R,) saturation while computing an embedding, key or value row
+    logit_ovf: Optional[list[np.ndarray]]
+
+
+class Evaluator:
+    """Quantizes a model once into an arithmetic and evaluates batches of token sequences."""
+
+    def __init__(self, model: Model, arith: Arithmetic, tables: bool = True):
+        self.model = model
+        self.arith = arith
+        arith.check_capacity(model.widest_sum())
+        self.saturated_params: list[str] = []
+        self.quant_error = 0.0
+
+        def quantize(name: str, w: np.ndarray) -> np.ndarray:
+            codes, sat = arith.quantize(w)
+            if sat.any():
+                self.saturated_params.append(f"{name}[{','.join(str(int(i)) for i in np.argwhere(sat)[0])}]")
+            err = np.abs(np.asarray(w, dtype=np.float64) - arith.to_real(codes))
+            self.quant_error = max(self.quant_error, float(err.max(initial=0.0)))
+            return codes
+
+        self.q = model.map_arrays(quantize)
+        self._param_ovf = bool(self.saturated_params) and isinstance(arith, FixedPoint) and arith.overflow == "error"
+        self._cols: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.tables = self._build_tables() if tables else None
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _lin(self, W: np.ndarray, x: np.ndarray, b, ctx: Ctx, name: str) -> np.ndarray:
+        key = id(W)
+        if key not in self._cols:
+            cols = np.flatnonzero(np.any(W != 0, axis=0))
+            self._cols[key] = (W[:, cols], cols)
+        Wc, cols = self._cols[key]
+        return self.arith.lin(Wc, x[..., cols], b, ctx, name)
+
+    def _embed(self, tok: np.ndarray, pos: np.ndarray, ctx: Ctx) -> np.ndarray:
+        q = self.q
+        add = np.where(q.P_mask[tok][..., None], q.P[pos], 0)
+        return self.arith.add(q.E[tok], add, ctx, "embed")
+
+    def _build_tables(self) -> _Layer0Tables:
+        q, arith = self.q, self.arith
+        V, L = len(q.vocab), q.max_len
+        R = V * L
+        tok = np.tile(np.arange(V), L)
+        pos = np.repeat(np.arange(L), V)
+        layer = q.layers[0]
+        kv_ctx, q_ctx = arith.context((R,)), arith.context((R,))
+        x0 = self._embed(tok, pos, kv_ctx)
+        qs = [self._lin(h.W_Q, x0, None, q_ctx, f"L0.H{i}.q") for i, h in enumerate(layer.heads)]
+        ks = [self._lin(h.W_K, x0, None, kv_ctx, f"L0.H{i}.k") for i, h in enumerate(layer.heads)]
+        vs = [self._lin(h.W_V, x0, None, kv_ctx, f"L0.H{i}.v") for i, h in enumerate(layer.heads)]
+        q_ovf = q_ctx.ovf | kv_ctx.ovf  # a query row is built from the row's embedding too
+        logits = logit_ovf = None
+        m = qs[0].shape[1] if qs else 0
+        if R * R * max(m, 1) <= _LOGIT_TABLE_LIMIT:
+            logits, logit_ovf = [], []
+            for i, (qh, kh) in enumerate(zip(qs, ks)):
+                ctx = arith.context((R, R))
+                logits.append(arith.scores(qh, kh, ctx, f"L0.H{i}.logits"))
+                logit_ovf.append(ctx.ovf)
+        return _Layer0Tables(x0, qs, ks, vs, logits, q_ovf, kv_ctx.ovf, logit_ovf)
+
+    # -- the forward pass ---------------------------------------------------------------------
+    def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
+        """Evaluate a batch (B, L) of token ids, all of one length L <= max_len."""
+        q, arith = self.q, self.arith
+        tokens = np.asarray(tokens, dtype=np.int64)
+        B, L = tokens.shape
+        ctx = arith.context((B,), locate=locate)
+        if self._param_ovf:
+            ctx.ovf[:] = True
+            ctx.where.extend(f"parameter {s}" for s in self.saturated_params)
+        positions = np.arange(L)
+        X = None  # residual stream at every position that later layers read
+        for li, layer in enumerate(q.layers):
+            final = li == len(q.layers) - 1
+            qpos = positions[-1:] if final else positions
+            mask = (qpos[:, None] >= positions[None, :]) if layer.causal else None
+            use_tables = li == 0 and self.tables is not None
+            if use_tables:
+                rows = positions * len(q.vocab) + tokens
+                qrows = rows[:, qpos]
+                t = self.tables
+                if ctx.track:
+                    ctx.ovf |= t.kv_ovf[rows].any(1) | t.q_ovf[qrows].any(1)
+                Xq = t.x0[qrows]
+            else:
+                if X is None:
+                    X = self._embed(tokens, np.broadcast_to(positions, tokens.shape), ctx)
+                    if rec:
+                        rec("embed", X)
+                Xq = X[:, qpos]
+            outs = []
+            for hi, head in enumerate(layer.heads):
+                name = f"L{li}.H{hi}"
+                if use_tables:
+                    Vh = t.v[hi][rows]
+                    if t.logits is not None:
+                        S = t.logits[hi][qrows[:, :, None], rows[:, None, :]]
+                        if ctx.track:
+                            ctx.ovf |= t.logit_ovf[hi][qrows[:, :, None], rows[:, None, :]].any((1, 2))
+                    else:
+                        S = arith.scores(t.q[hi][qrows], t.k[hi][rows], ctx, f"{name}.logits")
+                else:
+                    Qh = self._lin(head.W_Q, Xq, None, ctx, f"{name}.q")
+                    Kh = self._lin(head.W_K, X, None, ctx, f"{name}.k")
+                    Vh = self._lin(head.W_V, X, None, ctx, f"{name}.v")
+                    S = arith.scores(Qh, Kh, ctx, f"{name}.logits")
+                    if rec:
+                        rec(f"{name}.q", Qh), rec(f"{name}.k", Kh), rec(f"{name}.v", Vh), rec(f"{name}.logits", S)
+                if layer.attention == "softmax":
+                    Wt = arith.softmax(S, mask, ctx, name, rec)
+                else:
+                    Wt = arith.relu(S) if mask is None else np.where(mask, arith.relu(S), 0)
+                out = arith.mix(Wt, Vh, ctx, f"{name}.out")
+                if rec:
+                    rec(f"{name}.attn", Wt), rec(f"{name}.out", out)
+                outs.append(out)
+            if layer.attention == "softmax":
+                heads = np.concatenate(outs, axis=-1)
+            else:
+                heads = arith.mean_heads(np.stack(outs, axis=-2), ctx, f"L{li}.heads")
+            A = self._lin(layer.W_O, heads, None, ctx, f"L{li}.attn_out")
+            Xq = arith.add(Xq, A, ctx, f"L{li}.resid") if layer.residual else A
+            if rec:
+                rec(f"L{li}.heads", heads), rec(f"L{li}.attn_out", A), rec(f"L{li}.resid", Xq)
+            if layer.has_ffn:
+                hidden = arith.relu(self._lin(layer.W1, Xq, layer.b1, ctx, f"L{li}.ffn_hidden"))
+                F = self._lin(layer.W2, hidden, layer.b2, ctx, f"L{li}.ffn_out")
+                Xq = arith.add(Xq, F, ctx, f"L{li}.out") if layer.residual else F
+                if rec:
+                    rec(f"L{li}.ffn_hidden", hidden), rec(f"L{li}.ffn_out", F), rec(f"L{li}.out", Xq)
+            X = Xq
+        y = self._lin(q.readout.W_U, X[:, -1], q.readout.b_U, ctx, "readout")
+        if rec:
+            rec("readout.scores", y)
+        pred, tie = self._decide(y)
+        return Outputs(y, pred, tie, ctx.ovf, ctx.where)
+
+    def _decide(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ro = self.q.readout
+        if ro.kind == "argmax":
+            top = y.max(axis=1)
+            return y.argmax(axis=1).astype(np.int64), (y == top[:, None]).sum(axis=1) > 1
+        bits = self.arith.to_real(y) > ro.theta
+        return (bits.astype(np.int64) << np.arange(y.shape[1])).sum(axis=1), np.zeros(len(y), dtype=bool)
+
+    def margins(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
+        """How far each decision is from flipping, in real units (negative or 0: it failed).
+
+        argmax: score of the expected class minus the best other score; threshold: the smallest
+        signed distance y_i - theta over the output bits (sign + where the bit should be 1).
+        """
+        y = self.arith.to_real(out.scores)
+        B, C = y.shape
+        if self.q.readout.kind == "argmax":
+            right = y[np.arange(B), expected]
+            others = y.copy()
+            others[np.arange(B), expected] = -np.inf
+            return right - others.max(axis=1) if C > 1 else right * 0 + np.inf
+        want = (expected[:, None] >> np.arange(C)) & 1
+        signed = np.where(want == 1, y - self.q.readout.theta, self.q.readout.theta - y)
+        return signed.min(axis=1)
+
+    def failures(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
+        """Mask of the inputs the model gets wrong: wrong answer, tie, or saturation (error mode)."""
+        return (out.pred != expected) | out.tie | out.ovf
+
+
+def trace(ev: Evaluator, tokens: np.ndarray) -> tuple[Outputs, dict[str, np.ndarray]]:
+    """Every intermediate of one input: {name: array without the batch axis}.
+
+    Use an evaluator built with ``tables=False``, so the values come from the generic path.
+    """
+    values: dict[str, np.ndarray] = {}
+
+    def rec(name: str, arr: np.ndarray) -> None:
+        values[name] = np.asarray(arr)[0]
+
+    out = ev.forward(np.asarray(tokens, dtype=np.int64)[None, :], rec=rec, locate=True)
+    return out, values
+
+
+def reference(model: Model) -> Evaluator:
+    """The float64 reference evaluator of the unquantized model."""
+    return Evaluator(model, Real(), tables=False)

@@ -1,0 +1,254 @@
+"""The transformer model: explicit weights, and the ``.npz`` model file format.
+
+Conventions follow constructions.md 0.2 (seed 004, Section 2) with column vectors:
+``Q(x) = W_Q x``, ``K(x) = W_K x``, ``V(x) = W_V x``; multi-head output ``W_O [Att_1; ...; Att_H]``.
+A layer is ``x <- x + W_O heads(x); x <- x + FFN(x)`` with residual, or seed 004's formal
+``psi(M-Att(X))`` without it.  ReLU attention is seed 003's variant (Section 3.1, Eq. 1-3):
+scores ``ReLU(<q, k>)``, no normalisation, heads averaged with 1/m before ``W_O``.
+
+The same dataclasses hold real weights (float64) and quantized ones (int64 codes): quantizing is
+`Model.map_arrays`.  The file format is specified in ``docs/model-format.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from .errors import InputError
+
+FORMAT_NAME = "verify-model"
+FORMAT_VERSION = 1
+ATTENTIONS = ("softmax", "relu")
+READOUTS = ("argmax", "threshold")
+
+
+@dataclass
+class Head:
+    W_Q: np.ndarray  # (m, d)
+    W_K: np.ndarray  # (m, d)
+    W_V: np.ndarray  # (m_v, d)
+
+
+@dataclass
+class Layer:
+    heads: list[Head]
+    W_O: np.ndarray  # (d, H*m_v) for softmax heads (concatenated); (d, m_v) for relu (averaged)
+    attention: str = "softmax"
+    residual: bool = True
+    causal: bool = False
+    W1: Optional[np.ndarray] = None  # (h, d)   FFN: W2 ReLU(W1 x + b1) + b2
+    b1: Optional[np.ndarray] = None  # (h,)
+    W2: Optional[np.ndarray] = None  # (d, h)
+    b2: Optional[np.ndarray] = None  # (d,)
+
+    @property
+    def has_ffn(self) -> bool:
+        return self.W1 is not None
+
+
+@dataclass
+class Readout:
+    """Read at the last position: ``y = W_U x + b_U``; argmax (strict, a tie fails) or
+    threshold (bit i is 1 iff y_i > theta, strict)."""
+
+    W_U: np.ndarray  # (C, d)
+    b_U: np.ndarray  # (C,)
+    kind: str = "argmax"
+    theta: float = 0.0
+
+
+@dataclass
+class Model:
+    E: np.ndarray  # (V, d) token embeddings
+    P: np.ndarray  # (L_max, d) position embeddings, position 0 first
+    P_mask: np.ndarray  # (V,) bool: token v receives P[pos] iff P_mask[v]
+    layers: list[Layer]
+    readout: Readout
+    vocab: list[str]
+    info: dict = field(default_factory=dict)  # construction name and parameters
+
+    @property
+    def d(self) -> int:
+        return self.E.shape[1]
+
+    @property
+    def max_len(self) -> int:
+        return self.P.shape[0]
+
+    def named_arrays(self) -> dict[str, np.ndarray]:
+        """Every weight array under its file name (docs/model-format.md)."""
+        out = {"E": self.E, "P": self.P}
+        for li, layer in enumerate(self.layers):
+            for hi, head in enumerate(layer.heads):
+                for key in ("W_Q", "W_K", "W_V"):
+                    out[f"L{li}.H{hi}.{key}"] = getattr(head, key)
+            out[f"L{li}.W_O"] = layer.W_O
+            if layer.has_ffn:
+                for key in ("W1", "b1", "W2", "b2"):
+                    out[f"L{li}.{key}"] = getattr(layer, key)
+        out["U.W"] = self.readout.W_U
+        out["U.b"] = self.readout.b_U
+        return out
+
+    def map_arrays(self, fn: Callable[[str, np.ndarray], np.ndarray]) -> "Model":
+        """A copy with fn(name, array) applied to every weight array (not to P_mask)."""
+        layers = []
+        for li, layer in enumerate(self.layers):
+            heads = [Head(*(fn(f"L{li}.H{hi}.{k}", getattr(h, k)) for k in ("W_Q", "W_K", "W_V")))
+                     for hi, h in enumerate(layer.heads)]
+            ffn = {k: fn(f"L{li}.{k}", getattr(layer, k)) for k in ("W1", "b1", "W2", "b2")} if layer.has_ffn else {}
+            layers.append(replace(layer, heads=heads, W_O=fn(f"L{li}.W_O", layer.W_O), **ffn))
+        readout = replace(self.readout, W_U=fn("U.W", self.readout.W_U), b_U=fn("U.b", self.readout.b_U))
+        return replace(self, E=fn("E", self.E), P=fn("P", self.P), layers=layers, readout=readout)
+
+    def n_params(self) -> int:
+        return int(sum(a.size for a in self.named_arrays().values()))
+
+    def widest_sum(self) -> int:
+        """The largest number of products in one sum: the bound int64 capacity is checked on."""
+        sizes = [self.d, self.max_len, self.readout.W_U.shape[1]]
+        for layer in self.layers:
+            sizes += [h.W_Q.shape[0] for h in layer.heads]
+            sizes += [layer.W_O.shape[1], len(layer.heads) * layer.W_O.shape[1]]
+            if layer.has_ffn:
+                sizes.append(layer.W2.shape[1])
+        return max(sizes)
+
+    def validate(self) -> None:
+        """Check every shape and option; raise InputError naming the array and expected shape."""
+        V, d = _shape2(self.E, "E", ("V", "d"))
+        _expect(self.P, "P", (None, d), f"(L_max, {d})")
+        if self.P.shape[0] < 1:
+            raise InputError("array 'P' has no rows: expected shape (L_max, d) with L_max >= 1")
+        _expect(self.P_mask, "P_mask", (V,), f"({V},)")
+        if len(self.vocab) != V:
+            raise InputError(f"metadata 'vocab' has {len(self.vocab)} names, expected {V} (rows of E)")
+        if not self.layers:
+            raise InputError("the model has no layers")
+        for li, layer in enumerate(self.layers):
+            if layer.attention not in ATTENTIONS:
+                raise InputError(f"layer {li}: attention must be one of {ATTENTIONS}, got {layer.attention!r}")
+            if not layer.heads:
+                raise InputError(f"layer {li} has no heads")
+            m = _shape2(layer.heads[0].W_Q, f"L{li}.H0.W_Q", ("m", str(d)))[0]
+            mv = _shape2(layer.heads[0].W_V, f"L{li}.H0.W_V", ("m_v", str(d)))[0]
+            for hi, head in enumerate(layer.heads):
+                for key, rows in (("W_Q", m), ("W_K", m), ("W_V", mv)):
+                    _expect(getattr(head, key), f"L{li}.H{hi}.{key}", (rows, d), f"({rows}, {d})")
+            cols = mv if layer.attention == "relu" else mv * len(layer.heads)
+            _expect(layer.W_O, f"L{li}.W_O", (d, cols), f"({d}, {cols})")
+            if layer.has_ffn:
+                h = _shape2(layer.W1, f"L{li}.W1", ("h", str(d)))[0]
+                for key, shape in (("b1", (h,)), ("W2", (d, h)), ("b2", (d,))):
+                    arr = getattr(layer, key)
+                    if arr is None:
+                        raise InputError(f"array 'L{li}.{key}' is missing: expected shape {_fmt(shape)}")
+                    _expect(arr, f"L{li}.{key}", shape, _fmt(shape))
+        if self.readout.kind not in READOUTS:
+            raise InputError(f"readout kind must be one of {READOUTS}, got {self.readout.kind!r}")
+        C = _shape2(self.readout.W_U, "U.W", ("C", str(d)))[0]
+        _expect(self.readout.W_U, "U.W", (C, d), f"({C}, {d})")
+        _expect(self.readout.b_U, "U.b", (C,), f"({C},)")
+        for name, arr in self.named_arrays().items():
+            if not np.all(np.isfinite(arr)):
+                raise InputError(f"array '{name}' has non-finite entries")
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _shape2(arr, name: str, dims: tuple[str, str]) -> tuple[int, int]:
+    if not isinstance(arr, np.ndarray) or arr.ndim != 2:
+        got = getattr(arr, "shape", None)
+        raise InputError(f"array '{name}' has shape {got}, expected a matrix of shape ({dims[0]}, {dims[1]})")
+    return arr.shape
+
+
+def _expect(arr, name: str, shape: tuple, text: str) -> None:
+    got = getattr(arr, "shape", None)
+    if got is None or len(got) != len(shape) or any(s is not None and g != s for g, s in zip(got, shape)):
+        raise InputError(f"array '{name}' has shape {got}, expected {text}")
+
+
+# -- the file format ----------------------------------------------------------------------------
+
+def save_model(model: Model, path: str | Path) -> Path:
+    """Write the model as one .npz (docs/model-format.md).  Never overwrites an existing file."""
+    path = Path(path)
+    meta = {
+        "format": FORMAT_NAME, "version": FORMAT_VERSION, "vocab": list(model.vocab), "info": model.info,
+        "layers": [{"heads": len(l.heads), "attention": l.attention, "residual": l.residual,
+                    "causal": l.causal, "ffn": l.has_ffn} for l in model.layers],
+        "readout": {"kind": model.readout.kind, "theta": model.readout.theta},
+    }
+    arrays = {name: np.asarray(a, dtype=np.float64) for name, a in model.named_arrays().items()}
+    arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
+    arrays["meta"] = np.array(json.dumps(meta))
+    try:
+        with open(path, "xb") as fh:
+            np.savez(fh, **arrays)
+    except FileExistsError:
+        raise InputError(f"{path} exists; refusing to overwrite it") from None
+    return path
+
+
+def load_model(path: str | Path) -> Model:
+    """Read and validate a model file; every problem is an InputError with one clear line."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise InputError(f"model file {path} does not exist") from None
+    except Exception as exc:  # zipfile, pickle refusal, truncated file...
+        raise InputError(f"model file {path} is not a readable .npz: {exc}") from None
+    if "meta" not in arrays:
+        raise InputError(f"model file {path} has no 'meta' array (JSON metadata)")
+    try:
+        meta = json.loads(str(arrays.pop("meta")))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"model file {path}: 'meta' is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise InputError(f"model file {path}: meta.format must be {FORMAT_NAME!r}")
+    if meta.get("version") != FORMAT_VERSION:
+        raise InputError(f"model file {path}: unsupported format version {meta.get('version')!r}")
+
+    def get(name: str, required: bool = True):
+        if name not in arrays:
+            if required:
+                raise InputError(f"model file {path}: array '{name}' is missing")
+            return None
+        arr = arrays[name]
+        if name != "P_mask" and not np.issubdtype(arr.dtype, np.number):
+            raise InputError(f"model file {path}: array '{name}' is not numeric ({arr.dtype})")
+        return arr.astype(bool) if name == "P_mask" else arr.astype(np.float64)
+
+    try:
+        layer_meta = meta["layers"]
+        layers = []
+        for li, lm in enumerate(layer_meta):
+            heads = [Head(get(f"L{li}.H{hi}.W_Q"), get(f"L{li}.H{hi}.W_K"), get(f"L{li}.H{hi}.W_V"))
+                     for hi in range(int(lm["heads"]))]
+            ffn = {k: get(f"L{li}.{k}") for k in ("W1", "b1", "W2", "b2")} if lm.get("ffn") else {}
+            layers.append(Layer(heads=heads, W_O=get(f"L{li}.W_O"), attention=lm.get("attention", "softmax"),
+                                residual=bool(lm.get("residual", True)), causal=bool(lm.get("causal", False)), **ffn))
+        E = get("E")
+        P_mask = get("P_mask", required=False)
+        ro = meta.get("readout", {})
+        model = Model(E=E, P=get("P"), P_mask=P_mask if P_mask is not None else np.ones(len(E), dtype=bool),
+                      layers=layers, readout=Readout(get("U.W"), get("U.b"), ro.get("kind", "argmax"),
+                                                     float(ro.get("theta", 0.0))),
+                      vocab=[str(v) for v in meta["vocab"]], info=dict(meta.get("info", {})))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"model file {path}: malformed metadata ({exc!r})") from None
+    try:
+        model.validate()
+    except InputError as exc:
+        raise InputError(f"model file {path}: {exc}") from None
+    return model

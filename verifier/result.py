@@ -1,0 +1,110 @@
+"""Verdicts: the result of a run, its JSON form and its human summary."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+EXIT_CODES = {"proved": 0, "refuted": 1, "unknown": 3}
+
+
+@dataclass
+class Counterexample:
+    """A failing input, replayed through the evaluator (generic path) before it is reported."""
+
+    index: int  # position in the task's enumeration
+    tokens: list[int]
+    input: str  # the tokens by name
+    expected: str
+    produced: str
+    reason: str  # wrong | tie | overflow
+    margin: float
+    overflow_at: list[str] = field(default_factory=list)
+    real_produced: Optional[str] = None  # what the unquantized model answers (float64)
+    real_margin: Optional[float] = None
+    trace: dict = field(default_factory=dict, repr=False)  # name -> (codes, values, real)
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "tokens": self.tokens, "input": self.input, "expected": self.expected,
+                "produced": self.produced, "reason": self.reason, "margin": _num(self.margin),
+                "overflow_at": self.overflow_at, "real_produced": self.real_produced,
+                "real_margin": _num(self.real_margin)}
+
+
+@dataclass
+class Result:
+    verdict: str  # proved | refuted | unknown
+    task: dict
+    construction: dict
+    params: dict
+    arithmetic: dict
+    engine: str
+    covered: int
+    total: int
+    start: int
+    stop: int
+    seconds: float
+    min_margin: Optional[float]
+    counterexamples: list[Counterexample]
+    tightest: Optional[dict] = None  # {"index", "input"} of an input with the smallest margin
+    reason: str = ""  # why the verdict is unknown
+    engine_stats: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "task": self.task, "construction": self.construction,
+                "params": self.params, "arithmetic": self.arithmetic, "engine": self.engine,
+                "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop]},
+                "seconds": round(self.seconds, 3), "min_margin": _num(self.min_margin),
+                "tightest": self.tightest, "reason": self.reason,
+                "counterexamples": [c.to_json() for c in self.counterexamples],
+                "engine_stats": self.engine_stats}
+
+    def summary(self) -> str:
+        a = self.arithmetic
+        lines = [f"{self.verdict.upper()}: {self.construction.get('construction', '?')} "
+                 f"({self.construction.get('theorem', 'user model')}) on {self.task['name']} "
+                 + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs"))]
+        lines.append(f"  arithmetic  FX(p={a['p']}, f={a['f']}) step 2^-{a['f']}, range "
+                     f"[{a['range'][0]:g}, {a['range'][1]:g}]; rounding={a['rounding']} overflow={a['overflow']} "
+                     f"accumulate={a['accumulate']}; quantization error <= {a['quantization_error']:.3g}"
+                     + (f"; saturated parameters: {', '.join(a['saturated_parameters'])}"
+                        if a.get("saturated_parameters") else ""))
+        lines.append("  params      " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params.items()))
+        share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
+        lines.append(f"  inputs      {self.covered:,} of {self.total:,} covered ({share} inputs"
+                     + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
+                     + f") by engine {self.engine} in {self.seconds:.2f} s")
+        if self.min_margin is not None:
+            where = f" at {self.tightest['input']}" if self.tightest else ""
+            lines.append(f"  min margin  {self.min_margin:g}{where}")
+        if self.reason:
+            lines.append(f"  unknown     {self.reason}")
+        for c in self.counterexamples:
+            real = (f"; the unquantized model answers {c.real_produced} (margin {c.real_margin:.4g})"
+                    if c.real_produced is not None else "")
+            ovf = f" at {', '.join(c.overflow_at)}" if c.overflow_at else ""
+            lines.append(f"  counterexample #{c.index}: {c.input} -> expected {c.expected}, got {c.produced} "
+                         f"({c.reason}{ovf}, margin {c.margin:g}){real}")
+        return "\n".join(lines)
+
+
+def _num(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (np.floating,)):
+        return f"{float(v):.6g}"
+    return str(v)

@@ -1,0 +1,48 @@
+"""The task interface: a finite input space in a fixed order, and its ground truth."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+import numpy as np
+
+
+@dataclass
+class Batch:
+    """Inputs of one length: tokens (B, L), expected answers (B,), global indices (B,)."""
+
+    tokens: np.ndarray
+    expected: np.ndarray
+    index: np.ndarray
+
+
+class Task(Protocol):
+    """A task enumerates its inputs in a fixed order, so that a range can be resumed or split.
+
+    `answer` computes the ground truth from the tokens alone (not from the enumeration), so that
+    a replay checks a counterexample against the definition of the task.
+    """
+
+    name: str
+    vocab: list[str]
+    max_len: int
+    num_classes: int
+    readout: str  # the readout kind the task's answers are for: argmax or threshold
+
+    @property
+    def total(self) -> int: ...
+
+    def batches(self, start: int, stop: int, batch_size: int | Callable[[int], int]) -> Iterator[Batch]:
+        """Inputs start..stop-1 in order, in batches of one length; batch_size may depend on it."""
+
+    def decode(self, index: int) -> np.ndarray: ...
+
+    def answer(self, tokens: np.ndarray) -> int: ...
+
+    def answer_name(self, answer: int) -> str: ...
+
+    def describe(self) -> dict: ...
+
+    def render(self, tokens) -> str:
+        """The input as readable token names."""

@@ -1,0 +1,99 @@
+"""Index lookup (seed 004, Section 3 and Theorem 1; constructions.md A.1).
+
+Input: symbols s_1 ... s_n over an alphabet of size sigma (n = 1..N, repeats allowed), then one
+index token p in [n]; the answer is s_p, read at the last position.  Vocabulary: the symbols
+(ids 0..sigma-1), then the index tokens #1..#N (ids sigma..sigma+N-1).
+
+Order of enumeration: by length n ascending; within a length by p ascending; within (n, p) by
+s_1 ... s_n as a base-sigma number with s_1 the most significant digit.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..errors import InputError
+from .base import Batch
+
+_INT64_LIMIT = 1 << 62
+
+
+def symbol_names(sigma: int) -> list[str]:
+    if sigma <= 26:
+        return list(string.ascii_lowercase[:sigma])
+    return [f"s{i}" for i in range(sigma)]
+
+
+@dataclass
+class IndexLookup:
+    N: int
+    sigma: int = 2
+
+    name = "index_lookup"
+    readout = "argmax"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.N, int) or self.N < 1:
+            raise InputError(f"N must be an integer >= 1, got {self.N!r}")
+        if not isinstance(self.sigma, int) or self.sigma < 2:
+            raise InputError(f"sigma (alphabet size) must be an integer >= 2, got {self.sigma!r}")
+        self.vocab = symbol_names(self.sigma) + [f"#{i}" for i in range(1, self.N + 1)]
+        self.max_len = self.N + 1
+        self.num_classes = self.sigma
+        self._counts = [n * self.sigma ** n for n in range(1, self.N + 1)]
+        self._offsets = [0]
+        for c in self._counts:
+            self._offsets.append(self._offsets[-1] + c)
+
+    @property
+    def total(self) -> int:
+        return self._offsets[-1]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "N": self.N, "sigma": self.sigma,
+                "inputs": "s_1..s_n #p for n = 1..N, p = 1..n; answer s_p"}
+
+    def batches(self, start: int, stop: int, batch_size: int | Callable[[int], int]) -> Iterator[Batch]:
+        sigma = self.sigma
+        size_of = batch_size if callable(batch_size) else (lambda L: batch_size)
+        for n in range(1, self.N + 1):
+            lo, hi = max(start, self._offsets[n - 1]), min(stop, self._offsets[n])
+            if lo >= hi:
+                continue
+            if self._counts[n - 1] >= _INT64_LIMIT:
+                raise InputError(f"index_lookup with sigma={sigma}, n={n} has too many inputs to enumerate")
+            base = self._offsets[n - 1]
+            weights = sigma ** np.arange(n - 1, -1, -1, dtype=np.int64)
+            size = size_of(n + 1)
+            for a in range(lo, hi, size):
+                r = np.arange(a - base, min(a + size, hi) - base, dtype=np.int64)
+                p = r // sigma ** n
+                s = r % sigma ** n
+                tokens = np.empty((len(r), n + 1), dtype=np.int64)
+                tokens[:, :n] = (s[:, None] // weights[None, :]) % sigma
+                tokens[:, n] = sigma + p
+                yield Batch(tokens, tokens[np.arange(len(r)), p], r + base)
+
+    def decode(self, index: int) -> np.ndarray:
+        return next(self.batches(index, index + 1, 1)).tokens[0]
+
+    def answer(self, tokens: np.ndarray) -> int:
+        """s_p, from the tokens; InputError if the tokens are not a well-formed input."""
+        tokens = [int(t) for t in tokens]
+        n = len(tokens) - 1
+        if not 1 <= n <= self.N or any(not 0 <= t < self.sigma for t in tokens[:-1]):
+            raise InputError(f"not an index_lookup input: {self.render(tokens)}")
+        p = tokens[-1] - self.sigma + 1
+        if not 1 <= p <= n:
+            raise InputError(f"not an index_lookup input (index out of range): {self.render(tokens)}")
+        return tokens[p - 1]
+
+    def answer_name(self, answer: int) -> str:
+        return self.vocab[answer] if 0 <= answer < self.sigma else f"<{answer}>"
+
+    def render(self, tokens) -> str:
+        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
