@@ -6,13 +6,13 @@
     'proved'
 """
 
-from .api import build_problem, check_compatible, prove, replay, run
+from .api import Traced, build_problem, check_compatible, explain, prove, replay, run
 from .arithmetic import FixedPoint, Real
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, reference, trace
 from .model import Head, Layer, Model, Readout, load_model, save_model
 from .result import Counterexample, Result
 
-__all__ = ["build_problem", "check_compatible", "prove", "replay", "run", "FixedPoint", "Real", "InputError",
+__all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "FixedPoint", "Real", "InputError",
            "InternalError", "Evaluator", "reference", "trace", "Head", "Layer", "Model", "Readout", "load_model",
            "save_model", "Counterexample", "Result"]

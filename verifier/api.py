@@ -9,6 +9,7 @@ is an `InternalError`, never a verdict.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -17,10 +18,23 @@ from .arithmetic import FixedPoint
 from .constructions import CONSTRUCTIONS
 from .engines import Found, Problem, RunOptions, choose
 from .errors import InputError, InternalError
-from .evaluator import Evaluator, reference, trace
+from .evaluator import Evaluator, Outputs, reference, trace
 from .model import Model
 from .result import Counterexample, Result
 from .tasks import canonical, make_task
+
+
+@dataclass
+class Traced:
+    """One input evaluated in FX and in the real reference, with every intermediate value."""
+
+    tokens: np.ndarray
+    truth: int
+    out: Outputs
+    real_out: Outputs
+    table: dict  # name -> {"codes", "values", "real"}
+    margin: float
+    real_margin: float
 
 
 def build_problem(task: str = "index_lookup", *, N: int, p: int, f: Optional[int] = None,
@@ -104,29 +118,38 @@ def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexampl
                start=start, stop=stop, workers=workers, progress=progress)
 
 
-def replay(problem: Problem, found: Found, quantized: Optional[Evaluator] = None) -> Counterexample:
-    """Re-evaluate a reported failure on the generic path, with its full trace and the real pass."""
-    task = problem.task
-    tokens = np.asarray(found.tokens, dtype=np.int64)
-    truth = task.answer(tokens)
+def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator] = None) -> Traced:
+    """Evaluate one input on the generic path in FX and in the real reference, keeping every value."""
     quantized = quantized or Evaluator(problem.model, problem.arith, tables=False)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    truth = problem.task.answer(tokens)
     out, values = trace(quantized, tokens)
-    produced, failed = int(out.pred[0]), bool(out.pred[0] != truth or out.tie[0] or out.ovf[0])
-    if truth != found.expected or not failed or produced != found.produced:
-        raise InternalError(
-            f"counterexample #{found.index} ({task.render(tokens)}) does not replay: the engine reported "
-            f"expected {found.expected}, produced {found.produced} ({found.reason}); the evaluator gives "
-            f"expected {truth}, produced {produced}, tie {bool(out.tie[0])}, overflow {bool(out.ovf[0])}")
     real_ev = reference(problem.model)
     real_out, real_values = trace(real_ev, tokens)
-    arith = problem.arith
-    trace_table = {name: {"codes": v, "values": arith.to_real(v), "real": real_values.get(name)}
-                   for name, v in values.items()}
-    margin = float(quantized.margins(out, np.array([truth]))[0])
-    real_pred = int(real_out.pred[0])
+    table = {name: {"codes": v, "values": problem.arith.to_real(v), "real": real_values.get(name)}
+             for name, v in values.items()}
+    return Traced(tokens, truth, out, real_out, table, float(quantized.margins(out, np.array([truth]))[0]),
+                  float(real_ev.margins(real_out, np.array([truth]))[0]))
+
+
+def replay(problem: Problem, found: Found, quantized: Optional[Evaluator] = None) -> Counterexample:
+    """Re-evaluate a reported failure on the generic path, against the task's own answer.
+
+    A failure that does not reproduce exactly (same answer, same kind of failure) is an
+    InternalError: the engines and the evaluator disagree, and no verdict may be given.
+    """
+    task = problem.task
+    t = explain(problem, found.tokens, quantized)
+    out = t.out
+    produced = int(out.pred[0])
+    reason = "overflow" if out.ovf[0] else "tie" if out.tie[0] else "wrong" if produced != t.truth else None
+    if (t.truth, produced, reason) != (found.expected, found.produced, found.reason):
+        raise InternalError(
+            f"counterexample #{found.index} ({task.render(t.tokens)}) does not replay: the engine reported "
+            f"expected {found.expected}, produced {found.produced} ({found.reason}); the evaluator gives "
+            f"expected {t.truth}, produced {produced} ({reason or 'correct'})")
     return Counterexample(
-        index=found.index, tokens=[int(t) for t in tokens], input=task.render(tokens),
-        expected=task.answer_name(truth), produced=task.answer_name(produced),
-        reason="overflow" if out.ovf[0] else "tie" if out.tie[0] else "wrong", margin=margin,
-        overflow_at=list(out.where), real_produced=task.answer_name(real_pred),
-        real_margin=float(real_ev.margins(real_out, np.array([truth]))[0]), trace=trace_table)
+        index=found.index, tokens=[int(x) for x in t.tokens], input=task.render(t.tokens),
+        expected=task.answer_name(t.truth), produced=task.answer_name(produced), reason=reason, margin=t.margin,
+        overflow_at=list(out.where), real_produced=task.answer_name(int(t.real_out.pred[0])),
+        real_margin=t.real_margin, trace=t.table)

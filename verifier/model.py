@@ -13,6 +13,7 @@ The same dataclasses hold real weights (float64) and quantized ones (int64 codes
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
@@ -201,6 +202,8 @@ def save_model(model: Model, path: str | Path) -> Path:
 def load_model(path: str | Path) -> Model:
     """Read and validate a model file; every problem is an InputError with one clear line."""
     path = Path(path)
+    if path.is_file() and not zipfile.is_zipfile(path):
+        raise InputError(f"model file {path} is not a .npz file (not a zip archive)")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}

@@ -1,0 +1,283 @@
+"""`verify`: the command line.  It parses and prints; the work is in the `verifier` library.
+
+Exit codes: 0 proved, 1 refuted (counterexample), 2 usage or input error (or an internal error),
+3 unknown (timeout, Ctrl-C, partial range).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+import verifier
+from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
+from verifier.constructions import CONSTRUCTIONS
+from verifier.dump import format_trace, trace_json, write_dumps
+from verifier.engines import ENGINES
+from verifier.errors import InputError, InternalError
+from verifier.specs import check as check_specs, load_specs
+from verifier.sweep import frontier, parse_range, write_new
+from verifier.tasks import ALIASES, TASKS, canonical, make_task
+
+ENGINE_NAMES = ["auto", *ENGINES]
+
+
+def arithmetic_options(fn):
+    for opt in reversed([
+        click.option("--p", "p", type=int, required=True, help="Bits per number (p >= 2)."),
+        click.option("--f", "f", type=int, default=None, help="Fractional bits (default p // 2)."),
+        click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True),
+        click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True),
+        click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def run_options(fn):
+    for opt in reversed([
+        click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True),
+        click.option("--timeout", type=float, default=None, help="Seconds; past it the verdict is unknown."),
+        click.option("--max-counterexamples", type=int, default=1, show_default=True,
+                     help="Stop after this many counterexamples."),
+        click.option("--start", type=int, default=0, help="First input of the range (enumeration order)."),
+        click.option("--stop", type=int, default=None, help="End of the range (exclusive; default: all)."),
+        click.option("--workers", type=int, default=None, help="Processes (default: both cores for large spaces)."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+        click.option("--dump", type=click.Path(file_okay=False), default=None,
+                     help="Write each counterexample, with its full trace, as a JSON file in DIR."),
+        click.option("--trace", is_flag=True,
+                     help="Show every intermediate of the first counterexample (or of the tightest input)."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def construction_options(fn):
+    for opt in reversed([
+        click.option("--sigma", type=int, default=2, show_default=True, help="Alphabet size."),
+        click.option("--k", "k", type=int, default=None, help="Width of the sign vectors T (default: rule)."),
+        click.option("--eta", type=float, default=None, help="Attention scale (default: the paper's rule)."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed for random sign vectors."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+class Progress:
+    """A progress bar on stderr, only on a terminal and only after two seconds."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.shown = False
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, covered: int, total: int) -> None:
+        elapsed = time.monotonic() - self.t0
+        if not self.tty or elapsed < 2:
+            return
+        frac = covered / total if total else 1.0
+        bar = "#" * int(30 * frac)
+        rate = covered / elapsed if elapsed else 0
+        sys.stderr.write(f"\r[{bar:<30}] {covered:,}/{total:,} inputs, {rate:,.0f}/s ")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+def decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, want_trace) -> int:
+    progress = Progress()
+    try:
+        result = verifier.run(problem, engine, max_counterexamples=max_counterexamples, timeout=timeout,
+                              start=start, stop=stop, workers=workers, progress=progress)
+    finally:
+        progress.close()
+    dumps = write_dumps(result, dump) if dump and result.counterexamples else []
+    traced = None
+    if want_trace:
+        if result.counterexamples:
+            traced = result.counterexamples[0].trace
+        elif result.tightest is not None:
+            traced = verifier.explain(problem, problem.task.decode(result.tightest["index"])).table
+    if as_json:
+        doc = result.to_json()
+        doc["dumps"] = [str(p) for p in dumps]
+        if traced is not None:
+            doc["trace"] = trace_json(traced)
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(result.summary())
+        for p in dumps:
+            click.echo(f"  dumped      {p}")
+        if traced is not None:
+            which = "first counterexample" if result.counterexamples else f"tightest input {result.tightest['input']}"
+            click.echo(f"\ntrace of the {which} (fx = FX value, real = unquantized float64):")
+            click.echo(format_trace(traced))
+    return result.exit_code
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Finite-precision verifier for hand-constructed transformer weights."""
+
+
+def _task_command(task_name: str, name: str) -> None:
+    theorem = CONSTRUCTIONS[task_name][1]
+
+    @cli.command(name, help=f"Prove the built-in {task_name} construction ({theorem}) on every input "
+                            f"of every length up to N.")
+    @click.option("--N", "N", type=int, required=True, help="Largest input length.")
+    @arithmetic_options
+    @construction_options
+    @run_options
+    def command(N, p, f, rounding, overflow, accumulate, sigma, k, eta, seed, engine, timeout,
+                max_counterexamples, start, stop, workers, as_json, dump, trace):
+        problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
+                                         accumulate=accumulate, sigma=sigma, k=k, eta=eta, seed=seed)
+        return decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, trace)
+
+
+for _name in [*TASKS, *ALIASES]:
+    _task_command(canonical(_name), _name)
+
+
+@cli.command("run")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True, help="A .npz model file.")
+@click.option("--task", "task_name", required=True, help="The task the model should solve (e.g. idxl).")
+@click.option("--N", "N", type=int, required=True, help="Largest input length.")
+@click.option("--sigma", type=int, default=2, show_default=True, help="Alphabet size.")
+@arithmetic_options
+@run_options
+def run_cmd(model_path, task_name, N, sigma, p, f, rounding, overflow, accumulate, engine, timeout,
+            max_counterexamples, start, stop, workers, as_json, dump, trace):
+    """Verify a model from a file (docs/model-format.md) on a task."""
+    model = verifier.load_model(model_path)
+    problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
+                                     accumulate=accumulate, sigma=sigma, model=model)
+    return decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, trace)
+
+
+@cli.command("export")
+@click.argument("task_name")
+@click.option("--N", "N", type=int, required=True, help="Largest input length.")
+@construction_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The .npz file to write.")
+def export_cmd(task_name, N, sigma, k, eta, seed, output):
+    """Write a built-in construction as a model file (never overwrites)."""
+    name = make_task(task_name, N=N, sigma=sigma).name
+    model = CONSTRUCTIONS[name][0](N, sigma=sigma, k=k, eta=eta, seed=seed)
+    path = verifier.save_model(model, output)
+    click.echo(f"wrote {path}: {name} construction, N={N}, sigma={sigma}, d={model.d}, "
+               f"{model.n_params()} parameters")
+    return 0
+
+
+@cli.command("sweep")
+@click.argument("task_name")
+@click.option("--N", "N_range", required=True, help="Range of N, e.g. 2..16.")
+@click.option("--p", "p_range", required=True, help="Range of p, e.g. 3..16.")
+@click.option("--f", "f", type=int, default=None, help="Fractional bits (default p // 2 for each p).")
+@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
+@construction_options
+@click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
+@click.option("--timeout", type=float, default=None, help="Seconds per (N, p).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the table here (.csv or .json; never overwrites).")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
+              help="Table format on stdout (default markdown; the output file's suffix decides for -o).")
+def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, sigma, k, eta, seed, engine,
+              timeout, output, fmt):
+    """The precision frontier: smallest p that proves the construction, for each N."""
+    Ns, ps = parse_range(N_range, "--N"), parse_range(p_range, "--p")
+    fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, rounding=rounding, overflow=overflow,
+                  accumulate=accumulate, sigma=sigma, k=k, eta=eta, seed=seed,
+                  progress=lambda line: click.echo(line, err=True))
+    render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
+    if output:
+        kind = "json" if output.endswith(".json") else "csv" if output.endswith(".csv") else None
+        if kind is None:
+            raise InputError("-o must end in .csv or .json")
+        write_new(output, render[kind]())
+        click.echo(f"wrote {output}", err=True)
+    click.echo(render[fmt or "markdown"]())
+    return 0
+
+
+@cli.command("check")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--profile", type=click.Choice(["ci", "full"]), default=None, help="Run only this profile's specs.")
+@click.option("--engine", type=click.Choice(ENGINE_NAMES), default=None, help="Override every spec's engine.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def check_cmd(paths, profile, engine, as_json):
+    """Run proof obligations (specs/*.toml); exit 1 if any verdict differs from the expected one."""
+    specs = load_specs(list(paths))
+    header = f"{'spec':<34} {'expect':<8} {'got':<8} {'inputs':>16} {'seconds':>8}  ok"
+    if not as_json:
+        click.echo(header)
+
+    def show(o):
+        if as_json:
+            return
+        inputs = f"{o.result.covered:,}/{o.result.total:,}" if o.result else "-"
+        click.echo(f"{o.spec.name:<34} {o.spec.expect:<8} {o.verdict:<8} {inputs:>16} {o.seconds:>8.2f}  "
+                   f"{'ok' if o.ok else 'FAIL'}" + (f"  {o.error}" if o.error else ""))
+
+    outcomes = check_specs(specs, profile, engine, progress=show)
+    failed = [o for o in outcomes if not o.ok]
+    if as_json:
+        click.echo(json.dumps([{"spec": str(o.spec.path), "expect": o.spec.expect, "verdict": o.verdict,
+                                "ok": o.ok, "error": o.error, "seconds": round(o.seconds, 3),
+                                "result": o.result.to_json() if o.result else None} for o in outcomes], indent=2))
+    else:
+        click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} specs got the expected verdict"
+                   + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+@cli.command("list")
+def list_cmd():
+    """Every task, its construction and the theorem it comes from."""
+    for name in TASKS:
+        aliases = [a for a, t in ALIASES.items() if t == name]
+        theorem = CONSTRUCTIONS[name][1] if name in CONSTRUCTIONS else "-"
+        click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {name}, {theorem}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        code = cli.main(args=argv, prog_name="verify", standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "verify"
+        click.echo(f"{where}: error: {exc.format_message()}", err=True)
+        return 2
+    except click.ClickException as exc:
+        click.echo(f"verify: error: {exc.format_message()}", err=True)
+        return 2
+    except InputError as exc:
+        click.echo(f"verify: error: {exc}", err=True)
+        return 2
+    except InternalError as exc:
+        click.echo(f"verify: internal error (please report): {exc}", err=True)
+        return 2
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        click.echo("verify: interrupted before a verdict: unknown", err=True)
+        return 3
+    return code if isinstance(code, int) else 0
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,74 @@
+"""Counterexample dumps and readable traces.
+
+A dump is one JSON file per counterexample: the input, the expected and the produced answer, the
+arithmetic and construction, and the full trace of the input: every intermediate in codes and in
+decimals, with the value the unquantized model (float64) computes beside it, so that a reader can
+see which rounding broke it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .result import Counterexample, Result
+
+HOW_TO_READ = (
+    "trace: the forward pass of this input, in evaluation order. For each intermediate: 'codes' are "
+    "the FX integer codes, 'values' = codes * 2^-f, 'real' = the same quantity in the unquantized "
+    "model computed in float64. Names: embed (token + position), L<l>.H<h>.q/k/v (query, key, value "
+    "rows; the last layer's query only at the last position), .logits <q,k>, .max (M), .exp "
+    "(R(exp(s - M))), .Z (sum of exp, exact), .attn (R(e/Z)), .out (head output), L<l>.heads, "
+    "L<l>.attn_out (after W_O), L<l>.resid, L<l>.ffn_hidden, L<l>.ffn_out, L<l>.out, readout.scores.")
+
+
+def _list(a):
+    return None if a is None else np.asarray(a).tolist()
+
+
+def trace_json(table: dict) -> dict:
+    return {name: {"shape": list(np.shape(v["codes"])), "codes": _list(v["codes"]), "values": _list(v["values"]),
+                   "real": _list(v["real"])} for name, v in table.items()}
+
+
+def counterexample_document(result: Result, cex: Counterexample) -> dict:
+    return {"verdict": result.verdict, "task": result.task, "construction": result.construction,
+            "params": result.params, "arithmetic": result.arithmetic, "engine": result.engine,
+            "counterexample": cex.to_json(), "how_to_read": HOW_TO_READ, "trace": trace_json(cex.trace)}
+
+
+def write_dumps(result: Result, directory: str | Path) -> list[Path]:
+    """One new file per counterexample; an existing file is never overwritten (a suffix is added)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    stem = f"{result.task['name']}-N{result.task.get('N', '')}-p{result.arithmetic['p']}"
+    for cex in result.counterexamples:
+        text = json.dumps(counterexample_document(result, cex), indent=1)
+        for attempt in range(1, 10_000):
+            path = directory / f"{stem}-cex{cex.index}{'' if attempt == 1 else f'-{attempt}'}.json"
+            try:
+                with open(path, "x") as fh:
+                    fh.write(text)
+                written.append(path)
+                break
+            except FileExistsError:
+                continue
+    return written
+
+
+def format_trace(table: dict) -> str:
+    """The trace as text: each intermediate, row by row, FX value with the real value beside it."""
+    lines = []
+    for name, v in table.items():
+        vals = np.atleast_2d(np.asarray(v["values"], dtype=float))
+        real = None if v["real"] is None else np.atleast_2d(np.asarray(v["real"], dtype=float))
+        lines.append(f"{name}  shape {tuple(np.shape(v['codes']))}")
+        for i, row in enumerate(vals):
+            fx = " ".join(f"{x:g}" for x in row)
+            lines.append(f"  [{i}] fx   {fx}")
+            if real is not None:
+                lines.append(f"  [{i}] real " + " ".join(f"{x:.4g}" for x in real[i]))
+    return "\n".join(lines)
