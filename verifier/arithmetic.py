@@ -145,10 +145,11 @@ class FixedPoint:
         twice = 2 * r
         return q + ((twice > den) | ((twice == den) & ((q & 1) == 1)))
 
-    def sat(self, x: np.ndarray, ctx: Ctx, name: str) -> np.ndarray:
+    def sat(self, x: np.ndarray, ctx: Ctx, name: str, present: Optional[np.ndarray] = None) -> np.ndarray:
+        """Clamp to the code range; under overflow = error, note saturations (of present entries)."""
         y = np.clip(x, self.lo, self.hi)
         if ctx.track:
-            ctx.note(name, y != x)
+            ctx.note(name, (y != x) if present is None else (y != x) & present)
         return y
 
     def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,11 +161,15 @@ class FixedPoint:
         return np.clip(rounded, self.lo, self.hi).astype(np.int64), saturated
 
     # -- operations ---------------------------------------------------------------------------
-    def _dot(self, a: np.ndarray, b: np.ndarray, bias: Optional[np.ndarray], ctx: Ctx, name: str) -> np.ndarray:
+    def _dot(self, a: np.ndarray, b: np.ndarray, bias: Optional[np.ndarray], ctx: Ctx, name: str,
+             present: Optional[np.ndarray] = None) -> np.ndarray:
         """sum over the last axis of a * b, by the accumulate rule, plus bias, saturated."""
         prod = a * b
         if self.accumulate == "product":
-            s = self.round_shift(prod, self.f).sum(-1)
+            # every product is a p-bit intermediate: R rounds and saturates it
+            terms = self.sat(self.round_shift(prod, self.f), ctx, f"{name}.product",
+                             None if present is None else present[..., None])
+            s = terms.sum(-1)
             if bias is not None:
                 s = s + bias
         else:
@@ -172,15 +177,18 @@ class FixedPoint:
             if bias is not None:
                 s = s + (bias << self.f)
             s = self.round_shift(s, self.f)
-        return self.sat(s, ctx, name)
+        return self.sat(s, ctx, name, present)
 
     def lin(self, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx: Ctx, name: str) -> np.ndarray:
         """y = W x + b by the linear rule; W (out, in), x (..., in) -> (..., out)."""
         return self._dot(x[..., None, :], W, b, ctx, name)
 
-    def scores(self, q: np.ndarray, k: np.ndarray, ctx: Ctx, name: str) -> np.ndarray:
-        """<q_i, k_j> by the linear rule; (..., Lq, m) x (..., Lk, m) -> (..., Lq, Lk)."""
-        return self._dot(q[..., :, None, :], k[..., None, :, :], None, ctx, name)
+    def scores(self, q: np.ndarray, k: np.ndarray, ctx: Ctx, name: str,
+               mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """<q_i, k_j> by the linear rule; (..., Lq, m) x (..., Lk, m) -> (..., Lq, Lk).
+
+        Masked pairs are absent: their saturation is not an overflow."""
+        return self._dot(q[..., :, None, :], k[..., None, :, :], None, ctx, name, mask)
 
     def mix(self, w: np.ndarray, v: np.ndarray, ctx: Ctx, name: str) -> np.ndarray:
         """sum_j w_ij v_j by the linear rule; (..., Lq, Lk) x (..., Lk, mv) -> (..., Lq, mv)."""
@@ -207,7 +215,7 @@ class FixedPoint:
         allowed = np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(mask, s.shape)
         M = np.where(allowed, s, self.lo).max(-1, keepdims=True)
         raw = s - M
-        d = np.maximum(raw, self.lo)
+        d = np.clip(raw, self.lo, 0)  # allowed entries are <= 0; masked ones may be anything
         if ctx.track:
             ctx.note(f"{name}.d", (raw < self.lo) & allowed)
         dmin, table = exp_table(self.p, self.f, self.rounding)
@@ -253,7 +261,7 @@ class Real:
         y = x @ W.T
         return y if b is None else y + b
 
-    def scores(self, q, k, ctx, name):
+    def scores(self, q, k, ctx, name, mask=None):
         return q @ np.swapaxes(k, -1, -2)
 
     def mix(self, w, v, ctx, name):

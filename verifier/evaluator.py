@@ -154,14 +154,15 @@ class Evaluator:
                     if t.logits is not None:
                         S = t.logits[hi][qrows[:, :, None], rows[:, None, :]]
                         if ctx.track:
-                            ctx.ovf |= t.logit_ovf[hi][qrows[:, :, None], rows[:, None, :]].any((1, 2))
+                            hit = t.logit_ovf[hi][qrows[:, :, None], rows[:, None, :]]
+                            ctx.ovf |= (hit if mask is None else hit & mask).any((1, 2))
                     else:
-                        S = arith.scores(t.q[hi][qrows], t.k[hi][rows], ctx, f"{name}.logits")
+                        S = arith.scores(t.q[hi][qrows], t.k[hi][rows], ctx, f"{name}.logits", mask)
                 else:
                     Qh = self._lin(head.W_Q, Xq, None, ctx, f"{name}.q")
                     Kh = self._lin(head.W_K, X, None, ctx, f"{name}.k")
                     Vh = self._lin(head.W_V, X, None, ctx, f"{name}.v")
-                    S = arith.scores(Qh, Kh, ctx, f"{name}.logits")
+                    S = arith.scores(Qh, Kh, ctx, f"{name}.logits", mask)
                     if rec:
                         rec(f"{name}.q", Qh), rec(f"{name}.k", Kh), rec(f"{name}.v", Vh), rec(f"{name}.logits", S)
                 if layer.attention == "softmax":

@@ -1,0 +1,137 @@
+"""FX arithmetic against the independent Fraction/mpmath reference (tests/reference.py)."""
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, exp_table
+from verifier.errors import InputError
+
+from reference import RefFX
+
+formats = st.tuples(st.integers(2, 16), st.integers(0, 16), st.sampled_from(ROUNDINGS)).filter(lambda t: t[1] <= t[0])
+
+
+def codes(p):
+    return st.integers(-(2 ** (p - 1)), 2 ** (p - 1) - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(formats, st.data())
+def test_round_shift_and_product(fmt, data):
+    p, f, rounding = fmt
+    fx, ref = FixedPoint(p, f, rounding), RefFX(p, f, rounding)
+    a, b = data.draw(codes(p)), data.draw(codes(p))
+    got = fx.sat(fx.round_shift(np.array([a * b]), f), fx.context((1,)), "t")[0]
+    assert got == ref.R(ref.val(a) * ref.val(b))
+
+
+@settings(max_examples=300, deadline=None)
+@given(formats, st.sampled_from(ACCUMULATES), st.data())
+def test_linear_rule(fmt, accumulate, data):
+    p, f, rounding = fmt
+    fx, ref = FixedPoint(p, f, rounding, accumulate=accumulate), RefFX(p, f, rounding, accumulate=accumulate)
+    n = data.draw(st.integers(1, 6))
+    W = data.draw(st.lists(codes(p), min_size=n, max_size=n))
+    x = data.draw(st.lists(codes(p), min_size=n, max_size=n))
+    b = data.draw(codes(p))
+    got = fx.lin(np.array([W]), np.array(x), np.array([b]), fx.context(()), "t")[0]
+    assert got == ref.dot(W, x, b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(formats, st.data())
+def test_division(fmt, data):
+    p, f, rounding = fmt
+    fx, ref = FixedPoint(p, f, rounding), RefFX(p, f, rounding)
+    num = data.draw(st.integers(-(2 ** 40), 2 ** 40))
+    den = data.draw(st.integers(1, 2 ** 20))
+    assert fx.round_div(np.array([num]), np.array([den]))[0] == ref.round_int(Fraction(num, den))
+
+
+@settings(max_examples=200, deadline=None)
+@given(formats, st.data())
+def test_saturation_and_quantize(fmt, data):
+    p, f, rounding = fmt
+    fx, ref = FixedPoint(p, f, rounding, overflow="error"), RefFX(p, f, rounding)
+    w = data.draw(st.floats(-2.0 ** (p - f + 2), 2.0 ** (p - f + 2), allow_nan=False))
+    got, sat = fx.quantize(np.array([w]))
+    assert got[0] == ref.R(Fraction(w))
+    assert bool(sat[0]) == ref.ovf
+    ctx = fx.context((1,))
+    x = data.draw(st.integers(-(2 ** p), 2 ** p))
+    assert fx.add(np.array([x]), np.array([0]), ctx, "t")[0] == min(max(x, fx.lo), fx.hi)
+    assert bool(ctx.ovf[0]) == (not fx.lo <= x <= fx.hi)
+
+
+@pytest.mark.parametrize("p,f,rounding", [(8, 4, "floor"), (10, 5, "nearest"), (12, 6, "zero"), (6, 6, "floor"),
+                                          (5, 4, "nearest"), (14, 7, "floor")])
+def test_exp_table_is_correctly_rounded_everywhere(p, f, rounding):
+    """Every entry against mpmath at 300 bits, and zero below the table."""
+    dmin, table = exp_table(p, f, rounding)
+    ref = RefFX(p, f, rounding)
+    for d in range(dmin, 1):
+        assert table[d - dmin] == ref.exp(d), d
+    assert table[0] == 0 or dmin == -(2 ** (p - 1))
+    assert ref.exp(dmin - 1) == 0 or dmin == -(2 ** (p - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(formats, st.data())
+def test_softmax(fmt, data):
+    p, f, rounding = fmt
+    fx, ref = FixedPoint(p, f, rounding), RefFX(p, f, rounding)
+    s = data.draw(st.lists(codes(p), min_size=1, max_size=7))
+    got = fx.softmax(np.array([s]), None, fx.context((1,)), "t")[0]
+    assert list(got) == ref.softmax(s)
+    assert 1 <= sum(ref.exp(ref.sat(x - max(s))) for x in s) / 2 ** f * 2 ** f  # Z >= exp(0) code
+
+
+def test_softmax_mask_makes_positions_absent():
+    fx = FixedPoint(10)
+    s = np.array([[3, 100, -5]])
+    mask = np.array([True, False, True])
+    got = fx.softmax(s, mask, fx.context((1,)), "t")[0]
+    assert got[1] == 0
+    assert list(got[[0, 2]]) == list(fx.softmax(np.array([[3, -5]]), None, fx.context((1,)), "t")[0])
+
+
+def test_exp_near_boundary_is_decided_by_mpmath():
+    """Entries whose scaled exp is within 1e-6 of a rounding boundary agree with 300-bit mpmath."""
+    p, f = 20, 10
+    dmin, table = exp_table(p, f, "floor")
+    d = np.arange(dmin, 0)
+    y = np.exp(d / 2.0 ** f) * 2.0 ** f
+    close = d[np.abs(y - np.rint(y)) < 1e-4]
+    assert len(close) > 0
+    ref = RefFX(p, f, "floor")
+    for x in close[:50]:
+        assert table[x - dmin] == ref.exp(int(x))
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(p=1), "p must be"), (dict(p=8, f=9), "f must be"), (dict(p=8, f=-1), "f must be"),
+    (dict(p=8, rounding="up"), "rounding"), (dict(p=8, overflow="wrap"), "overflow"),
+    (dict(p=8, accumulate="fma"), "accumulate"), (dict(p=40), "too wide")])
+def test_bad_formats_are_refused(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        FixedPoint(**kwargs)
+
+
+def test_capacity_refuses_what_int64_cannot_hold():
+    FixedPoint(24).check_capacity(1000)
+    with pytest.raises(InputError, match="int64"):
+        FixedPoint(31).check_capacity(100)
+
+
+def test_int64_extremes_are_exact():
+    """The widest accepted format at its extreme codes: no wrap-around."""
+    fx = FixedPoint(30, accumulate="wide")
+    fx.check_capacity(3)
+    ref = RefFX(30, accumulate="wide")
+    W = [fx.lo, fx.lo, fx.hi]
+    x = [fx.lo, fx.lo, fx.lo]
+    assert fx.lin(np.array([W]), np.array(x), None, fx.context(()), "t")[0] == ref.dot(W, x)
