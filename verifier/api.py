@@ -94,8 +94,12 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         verdict, reason = "proved", ""
     else:
         verdict = "unknown"
-        reason = {"interrupted": "interrupted (Ctrl-C)", "timeout": f"timeout after {timeout:g} s"}.get(
-            er.status, f"the range {start}..{stop} is part of the {total} inputs")
+        if er.status == "interrupted":
+            reason = "interrupted (Ctrl-C)"
+        elif er.status == "timeout":
+            reason = f"timeout after {timeout:g} s"
+        else:
+            reason = f"the range {start}..{stop} is part of the {total} inputs"
         reason += f"; covered inputs {start}..{start + er.covered}, resume with --start {start + er.covered}"
     info = dict(problem.model.info)
     construction = {"construction": info.pop("construction", "user model"), "theorem": info.pop("theorem", None)}

@@ -1,0 +1,194 @@
+"""The `verify` command line: exit codes, JSON, dumps, model files and bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cli
+import verifier
+from verifier.constructions.index_lookup import build
+
+ROOT = Path(__file__).resolve().parents[1]
+JSON_KEYS = {"verdict", "task", "construction", "params", "arithmetic", "engine", "inputs", "seconds", "min_margin",
+             "counterexamples"}
+
+
+def run(capsys, *args):
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_proved_exit_0_and_json_keys(capsys):
+    code, out, _ = run(capsys, "idxl", "--N", "6", "--p", "10", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["verdict"] == "proved"
+    assert JSON_KEYS <= set(doc)
+    assert doc["inputs"]["covered"] == doc["inputs"]["total"] == 642
+    for key in ("p", "f", "rounding", "overflow", "accumulate"):
+        assert key in doc["arithmetic"]
+    for key in ("d", "k", "eta", "heads", "layers", "size_bits"):
+        assert key in doc["params"]
+
+
+def test_summary_states_the_arithmetic(capsys):
+    code, out, _ = run(capsys, "index_lookup", "--N", "5", "--p", "9", "--rounding", "nearest")
+    assert code == 0
+    assert "PROVED" in out and "FX(p=9, f=4)" in out and "rounding=nearest" in out and "accumulate=product" in out
+    assert "258 of 258" in out and "min margin" in out
+
+
+def test_refuted_exit_1_with_dump_that_never_overwrites(capsys, tmp_path):
+    args = ("idxl", "--N", "8", "--p", "12", "--eta", "0.5", "--dump", str(tmp_path), "--max-counterexamples", "2")
+    code, out, _ = run(capsys, *args)
+    assert code == 1 and "REFUTED" in out and "counterexample #" in out
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 2
+    doc = json.loads(files[0].read_text())
+    assert {"counterexample", "trace", "arithmetic", "how_to_read"} <= set(doc)
+    logits = doc["trace"]["L0.H0.logits"]
+    assert {"codes", "values", "real"} <= set(logits)
+    before = {f: f.read_text() for f in files}
+    code, _, _ = run(capsys, *args)
+    assert code == 1 and len(list(tmp_path.iterdir())) == 4
+    assert all(f.read_text() == text for f, text in before.items())
+
+
+def test_trace_flag(capsys):
+    code, out, _ = run(capsys, "idxl", "--N", "4", "--p", "10", "--trace")
+    assert code == 0 and "trace of the tightest input" in out and "L0.H0.exp" in out and "real" in out
+    code, out, _ = run(capsys, "idxl", "--N", "4", "--p", "10", "--eta", "0.3", "--trace", "--json")
+    assert code == 1 and "L0.H0.attn" in json.loads(out)["trace"]
+
+
+def test_unknown_exit_3_on_timeout(capsys):
+    code, out, _ = run(capsys, "idxl", "--N", "16", "--p", "12", "--sigma", "3", "--timeout", "1", "--json")
+    doc = json.loads(out)
+    assert code == 3 and doc["verdict"] == "unknown" and 0 < doc["inputs"]["covered"] < doc["inputs"]["total"]
+
+
+def test_ctrl_c_gives_unknown_with_count():
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "16", "--p", "12", "--sigma", "3",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "unknown" and "interrupted" in doc["reason"] and doc["inputs"]["covered"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (("idxl", "--N", "0", "--p", "12"), "N must be"),
+    (("idxl", "--N", "4", "--p", "1"), "p must be"),
+    (("idxl", "--N", "4", "--p", "8", "--f", "9"), "f must be"),
+    (("idxl", "--N", "4", "--p", "8", "--rounding", "up"), "--rounding"),
+    (("idxl", "--N", "4", "--p", "8", "--bogus"), "--bogus"),
+    (("nosuch", "--N", "4", "--p", "8"), "nosuch"),
+    (("idxl", "--N", "4", "--p", "8", "--sigma", "1"), "sigma"),
+    (("idxl", "--N", "4", "--p", "8", "--engine", "smt"), "--engine"),
+    (("idxl", "--N", "4", "--p", "8", "--max-counterexamples", "0"), "max-counterexamples"),
+    (("idxl", "--N", "4", "--p", "8", "--stop", "999999"), "range"),
+    (("sweep", "idxl", "--N", "2..x", "--p", "3..5"), "--N"),
+    (("check", "/nonexistent"), "does not exist"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, args, message):
+    code, out, err = run(capsys, *args)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+def test_export_run_roundtrip_and_no_overwrite(capsys, tmp_path):
+    path = tmp_path / "idxl6.npz"
+    code, out, _ = run(capsys, "export", "idxl", "--N", "6", "-o", str(path))
+    assert code == 0 and path.exists()
+    code, out, _ = run(capsys, "run", "--model", str(path), "--task", "idxl", "--N", "6", "--p", "10", "--json")
+    assert code == 0 and json.loads(out)["verdict"] == "proved"
+    original = path.read_bytes()
+    code, _, err = run(capsys, "export", "idxl", "--N", "4", "-o", str(path))
+    assert code == 2 and "refusing to overwrite" in err and path.read_bytes() == original
+    code, _, err = run(capsys, "run", "--model", str(path), "--task", "idxl", "--N", "7", "--p", "10")
+    assert code == 2 and "tokens" in err
+
+
+def _write(path, **arrays):
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def _arrays(model):
+    arrays = dict(model.named_arrays())
+    arrays["P_mask"] = model.P_mask
+    return arrays
+
+
+@pytest.mark.parametrize("corrupt,message", [
+    ("shape", "array 'L0.H0.W_K' has shape (3, 9), expected (4, 9)"),
+    ("missing", "array 'L0.W_O' is missing"),
+    ("meta", "'meta' is not valid JSON"),
+    ("nometa", "no 'meta' array"),
+    ("nan", "non-finite"),
+    ("text", "not a .npz"),
+    ("pickle", "not a readable .npz"),
+])
+def test_malformed_model_files(capsys, tmp_path, corrupt, message):
+    model = build(4)
+    good = tmp_path / "good.npz"
+    verifier.save_model(model, good)
+    path = tmp_path / "bad.npz"
+    with np.load(good) as z:
+        arrays = {k: z[k] for k in z.files}
+    if corrupt == "shape":
+        arrays["L0.H0.W_K"] = arrays["L0.H0.W_K"][:3]
+    elif corrupt == "missing":
+        del arrays["L0.W_O"]
+    elif corrupt == "meta":
+        arrays["meta"] = np.array("{not json")
+    elif corrupt == "nometa":
+        del arrays["meta"]
+    elif corrupt == "nan":
+        arrays["E"] = arrays["E"].copy()
+        arrays["E"][0, 0] = np.nan
+    elif corrupt == "pickle":
+        arrays["E"] = np.array([{"x": 1}], dtype=object)
+    if corrupt == "text":
+        path.write_text("hello")
+    else:
+        with open(path, "wb") as fh:
+            np.savez(fh, **arrays)
+    code, _, err = run(capsys, "run", "--model", str(path), "--task", "idxl", "--N", "4", "--p", "10")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_check_specs_table_and_failure(capsys, tmp_path):
+    (tmp_path / "good.toml").write_text('task = "idxl"\nN = 4\np = 10\nexpect = "proved"\n')
+    code, out, _ = run(capsys, "check", str(tmp_path))
+    assert code == 0 and "1 of 1 specs" in out
+    (tmp_path / "wrong.toml").write_text('task = "idxl"\nN = 4\np = 10\neta = 0.3\nexpect = "proved"\n')
+    code, out, _ = run(capsys, "check", str(tmp_path))
+    assert code == 1 and "FAIL" in out and "wrong" in out
+    (tmp_path / "bad.toml").write_text('task = "idxl"\nN = 4\nexpect = "proved"\n')
+    code, _, err = run(capsys, "check", str(tmp_path))
+    assert code == 2 and "missing key 'p'" in err
+
+
+def test_sweep_writes_table_and_fit(capsys, tmp_path):
+    out_file = tmp_path / "frontier.csv"
+    code, out, _ = run(capsys, "sweep", "idxl", "--N", "2..4", "--p", "3..7", "-o", str(out_file))
+    assert code == 0 and "Fit: p* =" in out
+    rows = out_file.read_text().splitlines()
+    assert rows[0].startswith("N,log2_N,p_star") and len(rows) == 4
+    code, _, err = run(capsys, "sweep", "idxl", "--N", "2..4", "--p", "3..7", "-o", str(out_file))
+    assert code == 2 and "refusing to overwrite" in err
+
+
+def test_list(capsys):
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "index_lookup (idxl)" in out and "Theorem 1" in out
