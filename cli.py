@@ -220,7 +220,8 @@ def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, si
 def check_cmd(paths, profile, engine, as_json):
     """Run proof obligations (specs/*.toml); exit 1 if any verdict differs from the expected one."""
     specs = load_specs(list(paths))
-    header = f"{'spec':<34} {'expect':<8} {'got':<8} {'inputs':>16} {'seconds':>8}  ok"
+    width = max(len(s.name) for s in specs) + 1
+    header = f"{'spec':<{width}} {'expect':<8} {'got':<8} {'inputs':>21} {'seconds':>8}  ok"
     if not as_json:
         click.echo(header)
 
@@ -228,7 +229,7 @@ def check_cmd(paths, profile, engine, as_json):
         if as_json:
             return
         inputs = f"{o.result.covered:,}/{o.result.total:,}" if o.result else "-"
-        click.echo(f"{o.spec.name:<34} {o.spec.expect:<8} {o.verdict:<8} {inputs:>16} {o.seconds:>8.2f}  "
+        click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} {o.seconds:>8.2f}  "
                    f"{'ok' if o.ok else 'FAIL'}" + (f"  {o.error}" if o.error else ""))
 
     outcomes = check_specs(specs, profile, engine, progress=show)

@@ -154,6 +154,14 @@ def replay(problem: Problem, found: Found, quantized: Optional[Evaluator] = None
             f"expected {t.truth}, produced {produced} ({reason or 'correct'})")
     return Counterexample(
         index=found.index, tokens=[int(x) for x in t.tokens], input=task.render(t.tokens),
-        expected=task.answer_name(t.truth), produced=task.answer_name(produced), reason=reason, margin=t.margin,
-        overflow_at=list(out.where), real_produced=task.answer_name(int(t.real_out.pred[0])),
+        expected=task.answer_name(t.truth), produced=_produced_name(task, out), reason=reason, margin=t.margin,
+        overflow_at=list(out.where), real_produced=_produced_name(task, t.real_out),
         real_margin=t.real_margin, trace=t.table)
+
+
+def _produced_name(task, out: Outputs) -> str:
+    """The answer by name; for an argmax tie, every class that shares the maximum."""
+    if out.tie[0]:
+        scores = out.scores[0]
+        return "tie(" + ", ".join(task.answer_name(int(c)) for c in np.flatnonzero(scores == scores.max())) + ")"
+    return task.answer_name(int(out.pred[0]))

@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Optional
 
 from .api import build_problem, run
+from .constructions import CONSTRUCTIONS
 from .errors import InputError, InternalError
 from .model import load_model
 from .result import Result
+from .tasks import canonical
 
 PROBLEM_KEYS = {"N", "p", "f", "rounding", "overflow", "accumulate", "sigma", "k", "eta", "seed"}
 OTHER_KEYS = {"description", "task", "construction", "model", "engine", "expect", "timeout", "profiles"}
@@ -77,6 +79,8 @@ def load_spec(path: Path) -> Spec:
     construction = data.get("construction")
     if construction is not None and "model" in data:
         raise InputError(f"spec {path}: give either construction or model, not both")
+    if construction is not None and (construction not in CONSTRUCTIONS or construction != canonical(data["task"])):
+        raise InputError(f"spec {path}: no built-in construction {construction!r} for task {data['task']!r}")
     model = path.parent / data["model"] if "model" in data else None
     return Spec(path=path, task=data["task"], expect=data["expect"],
                 problem={k: data[k] for k in PROBLEM_KEYS if k in data}, engine=data.get("engine", "auto"),
