@@ -51,7 +51,6 @@ class Ctx:
         if not self.track:
             return
         nd = self.ovf.ndim
-        saturated = np.broadcast_to(saturated, saturated.shape)
         hit = saturated.reshape(saturated.shape[:nd] + (-1,)).any(-1) if saturated.ndim > nd else saturated
         self.ovf |= hit
         if self.locate and hit.any():

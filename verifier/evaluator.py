@@ -214,7 +214,7 @@ class Evaluator:
             right = y[np.arange(B), expected]
             others = y.copy()
             others[np.arange(B), expected] = -np.inf
-            return right - others.max(axis=1) if C > 1 else right * 0 + np.inf
+            return right - others.max(axis=1) if C > 1 else np.full(B, np.inf)
         want = (expected[:, None] >> np.arange(C)) & 1
         signed = np.where(want == 1, y - self.q.readout.theta, self.q.readout.theta - y)
         return signed.min(axis=1)

@@ -115,7 +115,7 @@ class Model:
         sizes = [self.d, self.max_len, self.readout.W_U.shape[1]]
         for layer in self.layers:
             sizes += [h.W_Q.shape[0] for h in layer.heads]
-            sizes += [layer.W_O.shape[1], len(layer.heads) * layer.W_O.shape[1]]
+            sizes += [layer.W_O.shape[1], len(layer.heads)]
             if layer.has_ffn:
                 sizes.append(layer.W2.shape[1])
         return max(sizes)

@@ -27,8 +27,9 @@ class SignVectors:
     ok: bool  # the Gram condition holds
 
     def describe(self) -> dict:
-        return {"T": self.kind, "k": int(self.T.shape[1]), "T_seed": self.seed,
-                "gram_max_offdiag": self.max_offdiag, "gram_ok": self.ok}
+        seed = {} if self.seed is None else {"T_seed": self.seed}
+        return {"T": self.kind, "k": int(self.T.shape[1]), **seed,
+                "gram_max_offdiag": round(self.max_offdiag, 12), "gram_ok": self.ok}
 
 
 def hadamard(k: int) -> np.ndarray:

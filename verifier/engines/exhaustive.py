@@ -98,15 +98,14 @@ class Exhaustive:
         chunks = [(a, min(a + CHUNK, stop)) for a in range(start, stop, CHUNK)]
         workers = opts.workers or (min(2, os.cpu_count() or 1) if stop - start > PARALLEL_ABOVE else 1)
         result = EngineResult("complete", 0, [])
-        state = {"margin": math.inf}
 
         def take(chunk: _Chunk) -> bool:
             """Merge one chunk; True when the run should stop (enough counterexamples)."""
             result.covered += chunk.covered
             room = opts.max_counterexamples - len(result.found)
             result.found.extend(chunk.found[:room])
-            if chunk.tightest is not None and chunk.min_margin < state["margin"]:
-                state["margin"], result.tightest = chunk.min_margin, chunk.tightest
+            if chunk.tightest is not None and (result.min_margin is None or chunk.min_margin < result.min_margin):
+                result.min_margin, result.tightest = chunk.min_margin, chunk.tightest
             if opts.progress:
                 opts.progress(result.covered, stop - start)
             return len(result.found) >= opts.max_counterexamples
@@ -127,8 +126,6 @@ class Exhaustive:
                 self._parallel(chunks, workers, take, deadline, result)
         except KeyboardInterrupt:
             result.status = "interrupted"
-        if result.tightest is not None:
-            result.min_margin = state["margin"]
         result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
                         "seconds": time.monotonic() - t0,
                         "layer0_logit_table": ev.tables.logits is not None}
