@@ -37,3 +37,60 @@ def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, rea
                   vocab=[f"t{i}" for i in range(V)])
     model.validate()
     return model
+
+
+class RandomLookupTask:
+    """A test task: every sequence of length L over V tokens; the answer is F[token at `key`].
+
+    With a threshold readout the answer is a bit pattern of `bits` bits."""
+
+    name = "random_lookup"
+
+    def __init__(self, V: int, L: int, classes: int, seed: int, readout: str = "argmax"):
+        from verifier.tasks import Case
+        rng = np.random.default_rng(seed)
+        self.V, self.L = V, L
+        self.vocab = [f"t{i}" for i in range(V)]
+        self.max_len = L
+        self.readout = readout
+        self.num_classes = classes
+        self.key = int(rng.integers(0, L))
+        self.F = rng.integers(0, classes if readout == "argmax" else 2 ** classes, size=V)
+        self._Case = Case
+
+    @property
+    def total(self) -> int:
+        return self.V ** self.L
+
+    def describe(self) -> dict:
+        return {"name": self.name, "N": self.L, "V": self.V}
+
+    def batches(self, start, stop, batch_size):
+        size = batch_size if isinstance(batch_size, int) else batch_size(self.L)
+        from verifier.tasks import Batch
+        weights = self.V ** np.arange(self.L - 1, -1, -1)
+        for a in range(start, stop, size):
+            idx = np.arange(a, min(a + size, stop))
+            tokens = (idx[:, None] // weights[None, :]) % self.V
+            yield Batch(tokens, self.F[tokens[:, self.key]], idx)
+
+    def cases(self):
+        per = self.V ** (self.L - 1)
+        for last in range(self.V):  # the enumeration's last digit varies fastest: cases interleave
+            doms = [np.arange(self.V)] * (self.L - 1) + [np.array([last])]
+            yield self._Case(f"last={last}", doms, self.key, self.F[doms[self.key]], 0, per)
+
+    def decode(self, index):
+        return next(self.batches(index, index + 1, 1)).tokens[0]
+
+    def index_of(self, tokens):
+        return int(sum(int(t) * self.V ** (self.L - 1 - i) for i, t in enumerate(tokens)))
+
+    def answer(self, tokens):
+        return int(self.F[int(tokens[self.key])])
+
+    def answer_name(self, answer):
+        return str(answer)
+
+    def render(self, tokens):
+        return " ".join(self.vocab[int(t)] for t in tokens)

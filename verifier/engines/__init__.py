@@ -6,15 +6,17 @@ from __future__ import annotations
 from ..errors import InputError
 from .base import Engine, EngineResult, Found, Problem, RunOptions
 from .exhaustive import Exhaustive
+from .smt import Smt
 
-ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive()}
-AUTO_ORDER = ["exhaustive"]  # auto takes the first engine that supports the problem
+ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt()}
+AUTO_EXHAUSTIVE_BELOW = 1 << 22  # auto enumerates spaces smaller than this, and encodes the rest
 
 
 def choose(name: str, problem: Problem, opts: RunOptions) -> Engine:
     if name == "auto":
         reasons = []
-        for candidate in AUTO_ORDER:
+        order = ["exhaustive", "smt"] if problem.task.total < AUTO_EXHAUSTIVE_BELOW else ["smt", "exhaustive"]
+        for candidate in order:
             why = ENGINES[candidate].unsupported(problem, opts)
             if why is None:
                 return ENGINES[candidate]

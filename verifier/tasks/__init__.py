@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .base import Batch, Task
+from .base import Batch, Case, Task
 from .index_lookup import IndexLookup
 
 TASKS = {"index_lookup": IndexLookup}
@@ -22,4 +22,4 @@ def make_task(name: str, **params) -> Task:
     return TASKS[canonical(name)](**params)
 
 
-__all__ = ["Batch", "Task", "IndexLookup", "TASKS", "make_task", "canonical"]
+__all__ = ["Batch", "Case", "Task", "IndexLookup", "TASKS", "make_task", "canonical"]

@@ -9,6 +9,28 @@ import numpy as np
 
 
 @dataclass
+class Case:
+    """A case split for symbolic engines: inputs of one length with per-position token domains.
+
+    ``domains[j]`` lists the token ids position j may hold (one id: the position is fixed; every
+    case fixes the last token, the query).  The answer is ``answer_table[i]`` when the token at
+    ``answer_position`` is ``domains[answer_position][i]``.  The case's inputs are enumeration
+    indices ``offset .. offset + count - 1``.
+    """
+
+    name: str
+    domains: list[np.ndarray]
+    answer_position: int
+    answer_table: np.ndarray
+    offset: int
+    count: int
+
+    @property
+    def length(self) -> int:
+        return len(self.domains)
+
+
+@dataclass
 class Batch:
     """Inputs of one length: tokens (B, L), expected answers (B,), global indices (B,)."""
 
@@ -43,6 +65,12 @@ class Task(Protocol):
     def answer_name(self, answer: int) -> str: ...
 
     def describe(self) -> dict: ...
+
+    def cases(self) -> Iterator[Case]:
+        """The input space as case splits, in enumeration order."""
+
+    def index_of(self, tokens) -> int:
+        """The enumeration index of an input (inverse of decode)."""
 
     def render(self, tokens) -> str:
         """The input as readable token names."""

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..errors import InputError
-from .base import Batch
+from .base import Batch, Case
 
 _INT64_LIMIT = 1 << 62
 
@@ -77,6 +77,23 @@ class IndexLookup:
                 tokens[:, :n] = (s[:, None] // weights[None, :]) % sigma
                 tokens[:, n] = sigma + p
                 yield Batch(tokens, tokens[np.arange(len(r)), p], r + base)
+
+    def cases(self) -> Iterator[Case]:
+        """One case per (n, p): n free symbols, the index token #p fixed; answer = s_p."""
+        symbols = np.arange(self.sigma)
+        for n in range(1, self.N + 1):
+            for p in range(1, n + 1):
+                yield Case(f"n={n}, p={p}", [symbols] * n + [np.array([self.sigma + p - 1])], p - 1, symbols,
+                           self._offsets[n - 1] + (p - 1) * self.sigma ** n, self.sigma ** n)
+
+    def index_of(self, tokens) -> int:
+        tokens = [int(t) for t in tokens]
+        self.answer(tokens)  # validates
+        n, p = len(tokens) - 1, tokens[-1] - self.sigma + 1
+        s = 0
+        for t in tokens[:-1]:
+            s = s * self.sigma + t
+        return self._offsets[n - 1] + (p - 1) * self.sigma ** n + s
 
     def decode(self, index: int) -> np.ndarray:
         return next(self.batches(index, index + 1, 1)).tokens[0]

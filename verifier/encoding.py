@@ -1,0 +1,167 @@
+"""The SMT encoding of "this model fails on some input of this case" (docs/smt-encoding.md).
+
+`encode` mirrors `Evaluator.forward` operation by operation on `Sym` values: layer 0 comes from
+the evaluator's own (position, token) tables, so every quantity that depends on one token is a
+numpy table computed by the evaluator's arithmetic, and only mixtures of tokens reach z3.  The
+formula is the negation of the task's specification: the readout's strict argmax is not the
+answer (a tie counts as a failure), or a threshold bit is wrong, or, under ``overflow = error``,
+something saturated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import z3
+
+from .evaluator import Evaluator
+from .symbolic import Sym, SymFX
+from .tasks import Case
+
+
+@dataclass
+class Encoding:
+    case: Case
+    sfx: SymFX
+    fail: Sym  # Bool: the model fails on the input
+    scores: list[Sym]  # the readout codes
+    trace: dict  # evaluator names (L0.H0.attn, L0.out, ...) -> nested lists of Sym, query positions first
+
+    def at(self, value: Sym, tokens):
+        """A value of the encoding at a concrete input of the case (a Python int or bool)."""
+        if value.is_const:
+            return value.value()
+        if value.expr is None:
+            return value.table[int(np.flatnonzero(self.case.domains[value.var] == tokens[value.var])[0])].item()
+        subs = [(t, self.sfx.num(tokens[j], t if z3.is_bv(t) else None))
+                for j, t in enumerate(self.sfx.tokens) if t is not None]
+        v = z3.simplify(z3.substitute(value.expr, *subs))
+        return z3.is_true(v) if z3.is_bool(v) else (v.as_signed_long() if z3.is_bv(v) else v.as_long())
+
+    def holds_at(self, tokens) -> bool:
+        """Does the failure formula hold at this concrete input of the case?"""
+        return bool(self.at(self.fail, tokens))
+
+
+def bit_width(ev: Evaluator) -> int:
+    """Bit-vector width that holds every intermediate before rounding or saturation."""
+    return 2 * ev.arith.p + math.ceil(math.log2(ev.q.widest_sum() + 2)) + 4
+
+
+def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
+    fx, q, t = ev.arith, ev.q, ev.tables
+    S = SymFX(fx, case.domains, bit_width(ev), theory)
+    V, L, d = len(q.vocab), case.length, q.d
+    rows = [j * V + dom for j, dom in enumerate(S.domains)]
+    track = fx.overflow == "error"
+    if track and ev.saturated_params:
+        S.note(S.const(True))
+
+    def lin(W, x, b=None):
+        out = []
+        for r in range(W.shape[0]):
+            cols = np.flatnonzero(W[r])
+            out.append(dot([S.const(W[r, c]) for c in cols], [x[c] for c in cols], None if b is None else b[r]))
+        return out
+
+    def dot(a, b, bias=None):
+        if fx.accumulate == "product":
+            terms = [S.sat(S.round_shift(S.mul(x, y), fx.f)) for x, y in zip(a, b)]
+            s = S.total(terms + ([S.const(bias)] if bias is not None else []))
+        else:
+            s = S.total([S.mul(x, y) for x, y in zip(a, b)] + ([S.const(bias << fx.f)] if bias is not None else []))
+            s = S.round_shift(s, fx.f)
+        return S.sat(s)
+
+    def add(x, y):
+        return [S.sat(S.add(a, b)) for a, b in zip(x, y)]
+
+    rec: dict = {}
+    X = None
+    for li, layer in enumerate(q.layers):
+        final = li == len(q.layers) - 1
+        qpos = [L - 1] if final else list(range(L))
+        keys = {i: [j for j in range(L) if not layer.causal or j <= i] for i in qpos}
+        if li == 0:
+            Xq = [[S.lookup(i, t.x0[rows[i], c]) for c in range(d)] for i in qpos]
+            if track:
+                for j in range(L):
+                    S.note(S.lookup(j, t.kv_ovf[rows[j]]))
+                for i in qpos:
+                    S.note(S.lookup(i, t.q_ovf[rows[i]]))
+        else:
+            Xq = [X[i] for i in qpos]
+        outs = [[] for _ in qpos]
+        for hi, head in enumerate(layer.heads):
+            if li == 0:
+                Vs = [[S.lookup(j, t.v[hi][rows[j], c]) for c in range(head.W_V.shape[0])] for j in range(L)]
+            else:
+                Ks = [lin(head.W_K, X[j]) for j in range(L)]
+                Vs = [lin(head.W_V, X[j]) for j in range(L)]
+            for n, i in enumerate(qpos):
+                if li == 0:
+                    logits = []
+                    for j in keys[i]:
+                        ctx = fx.context((len(rows[i]), len(rows[j])))
+                        table = fx.scores(t.q[hi][rows[i]], t.k[hi][rows[j]], ctx, "logits")
+                        logits.append(S.pair(i, j, table))
+                        if track:
+                            S.note(S.pair(i, j, ctx.ovf))
+                else:
+                    Qi = lin(head.W_Q, Xq[n])
+                    logits = [dot(Qi, Ks[j]) for j in keys[i]]
+                weights = softmax(S, logits) if layer.attention == "softmax" else [S.relu(s) for s in logits]
+                outs[n].append([dot(weights, [Vs[j][c] for j in keys[i]]) for c in range(head.W_V.shape[0])])
+                rec.setdefault(f"L{li}.H{hi}.logits", []).append(logits)
+                rec.setdefault(f"L{li}.H{hi}.attn", []).append(weights)
+                rec.setdefault(f"L{li}.H{hi}.out", []).append(outs[n][-1])
+        Xnew = []
+        for n in range(len(qpos)):
+            if layer.attention == "softmax":
+                heads = [x for out in outs[n] for x in out]
+            else:
+                H = len(outs[n])
+                heads = [S.sat(S.round_div(S.total([o[c] for o in outs[n]]), S.const(H)))
+                         for c in range(len(outs[n][0]))]
+            A = lin(layer.W_O, heads)
+            x = add(Xq[n], A) if layer.residual else A
+            rec.setdefault(f"L{li}.heads", []).append(heads)
+            rec.setdefault(f"L{li}.resid", []).append(x)
+            if layer.has_ffn:
+                hidden = [S.relu(h) for h in lin(layer.W1, x, layer.b1)]
+                F = lin(layer.W2, hidden, layer.b2)
+                x = add(x, F) if layer.residual else F
+                rec.setdefault(f"L{li}.ffn_hidden", []).append(hidden)
+                rec.setdefault(f"L{li}.out", []).append(x)
+            Xnew.append(x)
+        X = Xnew
+    y = lin(q.readout.W_U, X[-1], q.readout.b_U)
+    truth = S.lookup(case.answer_position, case.answer_table)
+    if q.readout.kind == "argmax":
+        best = S.select(y, truth)
+        fail = S.any([S.and_(S.ne(truth, S.const(c)), S.ge(y[c], best)) for c in range(len(y))])
+    else:
+        theta = S.const(math.floor(q.readout.theta * fx.one))  # y > theta  <=>  code > floor(theta 2^f)
+        fail = S.any([S.ne(S.gt(yi, theta), S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1,
+                                                   lambda e, i=i: z3.Extract(i, i, e) == 1))
+                      for i, yi in enumerate(y)])
+    if track:
+        fail = S.any([fail] + S.overflows)
+    return Encoding(case, S, fail, y, rec)
+
+
+def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:
+    """fixed-point.md softmax: d = sat(s - M), e = R(exp d), Z exact, a = R(e / Z)."""
+    fx = S.fx
+    M = s[0]
+    for x in s[1:]:
+        M = S.maximum(M, x)
+    d = [S.sat(S.sub(x, M)) for x in s]  # only the lower bound can bite: s - M <= 0
+    e = [S.exp(x) for x in d]
+    if fx.overflow == "error" and fx.one > fx.hi:
+        for x in d:  # exp(0) = 1 is not representable
+            S.note(S.lift1(x, lambda a: a == 0, lambda z: z == 0))
+    Z = S.total(e)
+    return [S.sat(S.round_div(S.shl(x, fx.f), Z)) for x in e]

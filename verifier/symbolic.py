@@ -1,0 +1,282 @@
+"""Symbolic FX values for the SMT engine (docs/smt-encoding.md).
+
+A `Sym` is one of three things, and operations keep it in the cheapest form that is exact:
+
+* a **constant** (a 0-d numpy array): it depends on no token;
+* a **lookup** on one token variable t_j: a numpy table with one entry per value t_j may take;
+* a z3 **term**: it mixes several tokens.  Terms are bit-vectors (``theory = "bv"``, QF_BV, the
+  default) or mathematical integers (``theory = "int"``, linear integer arithmetic, non-linear
+  only where two symbolic values are multiplied or divided).
+
+Constants and lookups are computed with the very `FixedPoint` operations the evaluator uses
+(partial evaluation: an operation on lookups of the same token is a table operation); only when
+two different tokens meet does a value become a z3 term, whose operations are the bit-vector
+transcription of fixed-point.md: arithmetic shifts for rounding, `If` for saturation, signed
+division and remainder for R(e / Z), and a monotone step function for the exp table.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import z3
+
+from .arithmetic import FixedPoint, exp_table
+
+
+class Sym:
+    __slots__ = ("var", "table", "expr", "term")
+
+    def __init__(self, var: Optional[int] = None, table: Optional[np.ndarray] = None, expr=None):
+        self.var, self.table, self.expr = var, table, expr
+        self.term = None  # the z3 form of a lookup, built once
+
+    @property
+    def is_term(self) -> bool:
+        return self.expr is not None
+
+    @property
+    def is_const(self) -> bool:
+        return self.expr is None and self.var is None
+
+    def value(self):
+        """The constant's value (only for constants)."""
+        return self.table.item()
+
+
+class SymFX:
+    """FX operations on `Sym` values for one case split (one input length, given token domains)."""
+
+    def __init__(self, fx: FixedPoint, domains: list[np.ndarray], width: int, theory: str = "bv"):
+        self.fx = fx
+        self.domains = [np.asarray(d, dtype=np.int64) for d in domains]
+        self.width = width
+        self.theory = theory
+        tw = max(2, int(max(int(d.max()) for d in self.domains)).bit_length() + 1)
+        make = (lambda name: z3.BitVec(name, tw)) if theory == "bv" else z3.Int
+        self.tokens = [make(f"t{j}") if len(d) > 1 else None for j, d in enumerate(self.domains)]
+        self.overflows: list[Sym] = []
+
+    def num(self, v: int, like=None):
+        """A z3 integer constant in the theory (bit-vectors as wide as `like`, or `width`)."""
+        if self.theory == "int":
+            return z3.IntVal(int(v))
+        return z3.BitVecVal(int(v), self.width if like is None else like.size())
+
+    # -- constructors and conversion ----------------------------------------------------------
+    def const(self, value) -> Sym:
+        return Sym(None, np.asarray(value))
+
+    def lookup(self, j: int, table) -> Sym:
+        """A value that depends on token j only: table[i] when t_j = domains[j][i]."""
+        table = np.asarray(table)
+        if len(self.domains[j]) == 1 or np.all(table == table.flat[0]):
+            return Sym(None, np.asarray(table.flat[0]))
+        return Sym(j, table)
+
+    def pair(self, i: int, j: int, table: np.ndarray) -> Sym:
+        """A value of tokens i and j: table[a, b] for t_i = domains[i][a], t_j = domains[j][b]."""
+        if i == j:
+            return self.lookup(i, np.diagonal(table))
+        if np.all(table == table[:1, :]):
+            return self.lookup(j, table[0])
+        if np.all(table == table[:, :1]):
+            return self.lookup(i, table[:, 0])
+        rows = [self.z(self.lookup(j, row)) for row in table]
+        expr = rows[-1]
+        for a in range(len(rows) - 2, -1, -1):
+            expr = z3.If(self.tokens[i] == int(self.domains[i][a]), rows[a], expr)
+        return Sym(expr=expr)
+
+    def member(self, j: int, values: np.ndarray):
+        """z3: t_j is one of values (a contiguous range becomes two comparisons)."""
+        t = self.tokens[j]
+        values = np.sort(values)
+        if len(values) > 2 and values[-1] - values[0] == len(values) - 1:
+            if self.theory == "int":
+                return z3.And(t >= int(values[0]), t <= int(values[-1]))
+            return z3.And(z3.UGE(t, int(values[0])), z3.ULE(t, int(values[-1])))
+        return z3.Or([t == int(v) for v in values])
+
+    def domain_constraints(self) -> list:
+        return [self.member(j, d) for j, d in enumerate(self.domains) if self.tokens[j] is not None]
+
+    def z(self, a: Sym):
+        """The z3 term of a value (bit-vector of `width` bits, or Bool for boolean values)."""
+        if a.expr is not None:
+            return a.expr
+        if a.var is None:
+            v = a.value()
+            return z3.BoolVal(bool(v)) if a.table.dtype == bool else self.num(v)
+        if a.term is None:
+            dom = self.domains[a.var]
+            if a.table.dtype == bool:
+                a.term = self.member(a.var, dom[a.table]) if a.table.sum() <= len(dom) / 2 else \
+                    z3.Not(self.member(a.var, dom[~a.table]))
+            else:
+                vals, inv = np.unique(a.table, return_inverse=True)
+                default = int(np.bincount(inv).argmax())
+                expr = self.num(vals[default])
+                for k in range(len(vals)):
+                    if k != default:
+                        expr = z3.If(self.member(a.var, dom[inv == k]), self.num(vals[k]), expr)
+                a.term = expr
+        return a.term
+
+    # -- lifting ------------------------------------------------------------------------------
+    def _make(self, var: Optional[int], table: np.ndarray) -> Sym:
+        return self.lookup(var, table) if var is not None else Sym(None, np.asarray(table))
+
+    def lift1(self, a: Sym, np_fn: Callable, z_fn: Callable) -> Sym:
+        if a.expr is None:
+            return self._make(a.var, np_fn(a.table))
+        return Sym(expr=z_fn(a.expr))
+
+    def lift2(self, a: Sym, b: Sym, np_fn: Callable, z_fn: Callable) -> Sym:
+        if a.expr is None and b.expr is None and (a.var is None or b.var is None or a.var == b.var):
+            return self._make(a.var if a.var is not None else b.var, np_fn(a.table, b.table))
+        return Sym(expr=z_fn(self.z(a), self.z(b)))
+
+    # -- integer operations -------------------------------------------------------------------
+    def add(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.add, lambda x, y: x + y)
+
+    def sub(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.subtract, lambda x, y: x - y)
+
+    def mul(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.multiply, lambda x, y: x * y)
+
+    def shl(self, a: Sym, s: int) -> Sym:
+        return self.lift1(a, lambda t: t << s, lambda x: x * (1 << s))
+
+    def maximum(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.maximum, lambda x, y: z3.If(x >= y, x, y))
+
+    def relu(self, a: Sym) -> Sym:
+        return self.maximum(a, self.const(0))
+
+    def total(self, terms: list[Sym]) -> Sym:
+        """A sum, adding constants and same-token lookups in numpy before anything goes to z3."""
+        const = np.asarray(0, dtype=np.int64)
+        by_var: dict[int, Sym] = {}
+        exprs = []
+        for t in terms:
+            if t.expr is not None:
+                exprs.append(t.expr)
+            elif t.var is None:
+                const = const + t.table
+            else:
+                by_var[t.var] = self.add(by_var[t.var], t) if t.var in by_var else t
+        acc = self.const(const)
+        for s in by_var.values():
+            acc = self.add(acc, s)
+        if exprs:
+            acc = Sym(expr=z3.Sum([self.z(acc)] + exprs))
+        return acc
+
+    def round_shift(self, a: Sym, s: int) -> Sym:
+        fx = self.fx
+        if s == 0:
+            return a
+        return self.lift1(a, lambda t: fx.round_shift(t, s), lambda x: self._z_round_shift(x, s))
+
+    def _z_round_shift(self, x, s: int):
+        if self.theory == "int":
+            return self._z_round_div(x, z3.IntVal(1 << s))
+        mode = self.fx.rounding
+        if mode == "floor":
+            return x >> s
+        if mode == "zero":
+            return z3.If(x < 0, -((-x) >> s), x >> s)
+        q = x >> s
+        r = x & ((1 << s) - 1)
+        half = 1 << (s - 1)
+        return q + self._one_if(z3.Or(r > half, z3.And(r == half, (q & 1) == 1)), x)
+
+    def round_div(self, num: Sym, den: Sym) -> Sym:
+        """R-rounding of num / den for den > 0: signed division and remainder, exact."""
+        fx = self.fx
+        return self.lift2(num, den, fx.round_div, self._z_round_div)
+
+    def _z_round_div(self, x, d):
+        if self.theory == "int":
+            fl, r = x / d, x % d  # SMT-LIB div/mod: for d > 0, fl = floor(x / d) and 0 <= r < d
+            odd = fl % 2 == 1
+            if self.fx.rounding == "zero":
+                return z3.If(z3.And(x < 0, r != 0), fl + 1, fl)
+        else:
+            qt, rt = x / d, z3.SRem(x, d)  # truncating division; rt has the sign of x
+            fl = z3.If(z3.And(rt != 0, x < 0), qt - 1, qt)
+            if self.fx.rounding == "zero":
+                return qt
+            r = x - fl * d  # in [0, d)
+            odd = (fl & 1) == 1
+        if self.fx.rounding == "floor":
+            return fl
+        return fl + self._one_if(z3.Or(2 * r > d, z3.And(2 * r == d, odd)), x)
+
+    def _one_if(self, cond, like):
+        """1 if cond else 0, in the sort of `like`."""
+        like = None if self.theory == "int" else like
+        return z3.If(cond, self.num(1, like), self.num(0, like))
+
+    def sat(self, a: Sym) -> Sym:
+        """Clamp to the code range; under overflow = error, record when it saturated."""
+        fx = self.fx
+        if fx.overflow == "error":
+            self.note(self.lift1(a, lambda t: (t < fx.lo) | (t > fx.hi), lambda x: z3.Or(x < fx.lo, x > fx.hi)))
+        return self.lift1(a, lambda t: np.clip(t, fx.lo, fx.hi),
+                          lambda x: z3.If(x < fx.lo, fx.lo, z3.If(x > fx.hi, fx.hi, x)))
+
+    def note(self, condition: Sym) -> None:
+        if not (condition.is_const and not condition.value()):
+            self.overflows.append(condition)
+
+    def exp(self, d: Sym) -> Sym:
+        """R(exp(d 2^-f)) for d <= 0, from the correctly rounded table (`exp_table`)."""
+        dmin, table = exp_table(self.fx.p, self.fx.f, self.fx.rounding)
+        return self.lift1(d, lambda t: table[np.maximum(t, dmin) - dmin], lambda x: self._z_exp(x, dmin, table))
+
+    def _z_exp(self, x, dmin: int, table: np.ndarray):
+        # the table is a non-decreasing step function of d: one comparison per step
+        like = None if self.theory == "int" else x
+        expr = self.num(table[0], like)
+        steps = np.flatnonzero(np.diff(table)) + 1  # table changes value at dmin + steps
+        for i in steps:
+            expr = z3.If(x >= int(dmin + i), self.num(table[i], like), expr)
+        return expr
+
+    # -- booleans -----------------------------------------------------------------------------
+    def ge(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.greater_equal, lambda x, y: x >= y)
+
+    def gt(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.greater, lambda x, y: x > y)
+
+    def ne(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.not_equal, lambda x, y: x != y)
+
+    def and_(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.logical_and, lambda x, y: z3.And(x, y))
+
+    def any(self, conds: list[Sym]) -> Sym:
+        acc = self.const(False)
+        for c in conds:
+            acc = self.lift2(acc, c, np.logical_or, lambda x, y: z3.Or(x, y))
+        return acc
+
+    def select(self, ys: list[Sym], idx: Sym) -> Sym:
+        """ys[idx] for a symbolic class index."""
+        if idx.is_const:
+            return ys[int(idx.value())]
+        if idx.expr is None and all(y.expr is None and y.var in (None, idx.var) for y in ys):
+            table = np.array([ys[c].table if ys[c].var is None else ys[c].table[i]
+                              for i, c in enumerate(idx.table)])
+            return self.lookup(idx.var, table)
+        zi = self.z(idx)
+        expr = self.z(ys[-1])
+        for c in range(len(ys) - 2, -1, -1):
+            expr = z3.If(zi == c, self.z(ys[c]), expr)
+        return Sym(expr=expr)
