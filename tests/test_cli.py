@@ -192,3 +192,14 @@ def test_sweep_writes_table_and_fit(capsys, tmp_path):
 def test_list(capsys):
     code, out, _ = run(capsys, "list")
     assert code == 0 and "index_lookup (idxl)" in out and "Theorem 1" in out
+
+
+def test_smt_engine_from_the_cli(capsys):
+    code, out, _ = run(capsys, "idxl", "--N", "10", "--p", "12", "--sigma", "64", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["verdict"] == "proved" and doc["engine"] == "smt (auto)"
+    assert doc["engine_stats"]["cases"] == 55 and doc["inputs"]["covered"] == doc["inputs"]["total"]
+    code, out, _ = run(capsys, "idxl", "--N", "6", "--p", "12", "--sigma", "64", "--eta", "1", "--engine", "smt")
+    assert code == 1 and "counterexample" in out and "z3" in out
+    code, _, err = run(capsys, "idxl", "--N", "6", "--p", "12", "--engine", "smt", "--start", "5")
+    assert code == 2 and "smt engine decides whole cases" in err

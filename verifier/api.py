@@ -100,7 +100,11 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
             reason = f"timeout after {timeout:g} s"
         else:
             reason = f"the range {start}..{stop} is part of the {total} inputs"
-        reason += f"; covered inputs {start}..{start + er.covered}, resume with --start {start + er.covered}"
+        if er.stats.get("unfinished_case"):
+            reason += f"; unfinished case {er.stats['unfinished_case']}"
+        reason += f"; covered inputs {start}..{start + er.covered}"
+        if chosen.name == "exhaustive":
+            reason += f", resume with --start {start + er.covered}"
     info = dict(problem.model.info)
     construction = {"construction": info.pop("construction", "user model"), "theorem": info.pop("theorem", None)}
     params = {**info, "size_bits": problem.arith.p * problem.model.n_params()}

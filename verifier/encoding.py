@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import z3
 
-from .evaluator import Evaluator
+from .evaluator import Evaluator, trace
 from .symbolic import Sym, SymFX
 from .tasks import Case
 
@@ -43,6 +43,19 @@ class Encoding:
     def holds_at(self, tokens) -> bool:
         """Does the failure formula hold at this concrete input of the case?"""
         return bool(self.at(self.fail, tokens))
+
+    def compare(self, ev: Evaluator, tokens) -> str:
+        """Both traces at an input: the first intermediate where the encoding and the evaluator differ."""
+        _, values = trace(Evaluator(ev.model, ev.arith, tables=False), np.asarray(tokens))
+
+        def value(x):
+            return [value(y) for y in x] if isinstance(x, list) else self.at(x, tokens)
+
+        for name, syms in list(self.trace.items()) + [("readout.scores", self.scores)]:
+            mine, theirs = np.array(value(syms)), values.get(name)
+            if theirs is not None and mine.reshape(-1).tolist() != np.asarray(theirs).reshape(-1).tolist():
+                return f"first difference at {name}: encoding {mine.tolist()}, evaluator {np.asarray(theirs).tolist()}"
+        return "no intermediate differs"
 
 
 def bit_width(ev: Evaluator) -> int:

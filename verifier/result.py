@@ -81,6 +81,11 @@ class Result:
         lines.append(f"  inputs      {self.covered:,} of {self.total:,} covered ({share} inputs"
                      + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
                      + f") by engine {self.engine} in {self.seconds:.2f} s")
+        st = self.engine_stats
+        if "cases" in st:
+            lines.append(f"  cases       {st['cases']} case splits: {st['decided_by_evaluation']} decided by partial "
+                         f"evaluation, {st['decided_by_solver']} by {st['solver']} ({st['theory']}) in "
+                         f"{st['solver_seconds']:.2f} s")
         if self.min_margin is not None:
             where = f" at {self.tightest['input']}" if self.tightest else ""
             lines.append(f"  min margin  {self.min_margin:g}{where}")

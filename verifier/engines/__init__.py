@@ -8,7 +8,7 @@ from .base import Engine, EngineResult, Found, Problem, RunOptions
 from .exhaustive import Exhaustive
 from .smt import Smt
 
-ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt()}
+ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt(), "smt-bv": Smt("bv"), "smt-int": Smt("int")}
 AUTO_EXHAUSTIVE_BELOW = 1 << 22  # auto enumerates spaces smaller than this, and encodes the rest
 
 

@@ -67,9 +67,9 @@ class Smt:
                     stats["solver_seconds"] += time.monotonic() - ts
                     if status == "unknown":
                         result.status, stats["unfinished_case"] = "timeout", case.name
-                        result.found.extend(self._found(ev, task, inputs))
+                        result.found.extend(self._found(ev, task, enc, inputs))
                         break
-                result.found.extend(self._found(ev, task, inputs))
+                result.found.extend(self._found(ev, task, enc, inputs))
                 if len(result.found) >= opts.max_counterexamples:
                     break
                 result.covered += case.count
@@ -124,7 +124,7 @@ class Smt:
         return found, "sat"
 
     @staticmethod
-    def _found(ev: Evaluator, task, inputs: list[list[int]]) -> list[Found]:
+    def _found(ev: Evaluator, task, enc, inputs: list[list[int]]) -> list[Found]:
         """Evaluate each failing input on the batched evaluator; it must fail there too."""
         out = []
         for tokens in inputs:
@@ -135,7 +135,7 @@ class Smt:
             if not ev.failures(res, exp_arr)[0]:
                 raise InternalError(
                     f"the SMT model {task.render(tokens)} is a failure for the solver but not for the evaluator "
-                    f"(readout codes {res.scores[0].tolist()}, expected {task.answer_name(expected)})")
+                    f"(expected {task.answer_name(expected)}); {enc.compare(ev, tokens)}")
             reason = "overflow" if res.ovf[0] else "tie" if res.tie[0] else "wrong"
             out.append(Found(task.index_of(tokens), arr[0], expected, int(res.pred[0]), reason,
                              float(ev.margins(res, exp_arr)[0])))
