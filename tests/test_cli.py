@@ -69,14 +69,15 @@ def test_trace_flag(capsys):
 
 
 def test_unknown_exit_3_on_timeout(capsys):
-    code, out, _ = run(capsys, "idxl", "--N", "16", "--p", "12", "--sigma", "3", "--timeout", "1", "--json")
+    code, out, _ = run(capsys, "idxl", "--N", "16", "--p", "12", "--sigma", "3", "--engine", "exhaustive",
+                       "--timeout", "1", "--json")
     doc = json.loads(out)
     assert code == 3 and doc["verdict"] == "unknown" and 0 < doc["inputs"]["covered"] < doc["inputs"]["total"]
 
 
 def test_ctrl_c_gives_unknown_with_count():
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "16", "--p", "12", "--sigma", "3",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                             "--engine", "exhaustive", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -93,7 +94,7 @@ def test_ctrl_c_gives_unknown_with_count():
     (("idxl", "--N", "4", "--p", "8", "--bogus"), "--bogus"),
     (("nosuch", "--N", "4", "--p", "8"), "nosuch"),
     (("idxl", "--N", "4", "--p", "8", "--sigma", "1"), "sigma"),
-    (("idxl", "--N", "4", "--p", "8", "--engine", "smt"), "--engine"),
+    (("idxl", "--N", "4", "--p", "8", "--engine", "cvc9"), "--engine"),
     (("idxl", "--N", "4", "--p", "8", "--max-counterexamples", "0"), "max-counterexamples"),
     (("idxl", "--N", "4", "--p", "8", "--stop", "999999"), "range"),
     (("sweep", "idxl", "--N", "2..x", "--p", "3..5"), "--N"),

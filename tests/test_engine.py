@@ -39,7 +39,7 @@ def test_parallel_and_serial_agree(eta):
 
 def test_timeout_gives_unknown_with_coverage():
     problem = verifier.build_problem("idxl", N=16, p=12, sigma=3)
-    result = verifier.run(problem, timeout=1.0)
+    result = verifier.run(problem, "exhaustive", timeout=1.0)
     assert result.verdict == "unknown" and result.exit_code == 3
     assert 0 < result.covered < result.total and "timeout" in result.reason
 
