@@ -228,7 +228,7 @@ def check_cmd(paths, profile, engine, as_json):
     def show(o):
         if as_json:
             return
-        inputs = f"{o.result.covered:,}/{o.result.total:,}" if o.result else "-"
+        inputs = f"{_count(o.result.covered)}/{_count(o.result.total)}" if o.result else "-"
         click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} {o.seconds:>8.2f}  "
                    f"{'ok' if o.ok else 'FAIL'}" + (f"  {o.error}" if o.error else ""))
 
@@ -242,6 +242,10 @@ def check_cmd(paths, profile, engine, as_json):
         click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} specs got the expected verdict"
                    + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else ""))
     return 1 if failed else 0
+
+
+def _count(n: int) -> str:
+    return f"{n:,}" if n < 10 ** 12 else f"{n:.3g}"
 
 
 @cli.command("list")
