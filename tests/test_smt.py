@@ -96,6 +96,8 @@ def test_verdicts_through_the_api_agree():
         a = verifier.prove("idxl", engine="exhaustive", **kw)
         b = verifier.prove("idxl", engine="smt", **kw)
         assert a.verdict == b.verdict, kw
+        if b.verdict == "proved" and b.min_margin is not None:  # exact when every case was a table
+            assert b.min_margin == a.min_margin, kw
 
 
 @pytest.mark.parametrize("kw", [dict(p=5), dict(p=12, eta=1.0), dict(p=12, k=2)])
@@ -109,6 +111,7 @@ def test_weakened_sigma64_refuted_by_smt(kw):
 def test_sigma64_proved_by_smt():
     result = verifier.prove("idxl", N=10, p=12, sigma=64, engine="smt")
     assert result.verdict == "proved" and result.covered == result.total == IndexLookup(10, 64).total
+    assert result.min_margin == 1.0 and result.tightest is not None
 
 
 def test_timeout_names_the_unfinished_case():

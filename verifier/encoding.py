@@ -28,6 +28,7 @@ class Encoding:
     fail: Sym  # Bool: the model fails on the input
     scores: list[Sym]  # the readout codes
     trace: dict  # evaluator names (L0.H0.attn, L0.out, ...) -> nested lists of Sym, query positions first
+    readout: object  # the model's Readout (kind, theta)
 
     def at(self, value: Sym, tokens):
         """A value of the encoding at a concrete input of the case (a Python int or bool)."""
@@ -39,6 +40,34 @@ class Encoding:
                 for j, t in enumerate(self.sfx.tokens) if t is not None]
         v = z3.simplify(z3.substitute(value.expr, *subs))
         return z3.is_true(v) if z3.is_bool(v) else (v.as_signed_long() if z3.is_bv(v) else v.as_long())
+
+    def margins(self) -> np.ndarray | None:
+        """Readout margins in codes over the case's inputs, when no score depends on two tokens.
+
+        argmax: the answer's score minus the best other score; threshold: the smallest signed
+        distance to theta (as `Evaluator.margins`).  Indexed by the answer token's domain (one
+        entry if it is fixed); None when a score is a z3 term.
+        """
+        if any(y.expr is not None for y in self.scores):
+            return None
+        doms = self.case.domains
+        j = self.case.answer_position
+        dependent = {y.var for y in self.scores if y.var is not None}
+        if dependent - {j}:
+            return None
+        n = len(doms[j])
+        y = np.array([np.broadcast_to(s.table, (n,)) if s.var is not None else np.full(n, s.value())
+                      for s in self.scores]).T  # (n, C)
+        truth = np.broadcast_to(self.case.answer_table, (n,))
+        readout = self.readout
+        if readout.kind == "argmax":
+            right = y[np.arange(n), truth]
+            others = y.astype(float)
+            others[np.arange(n), truth] = -np.inf
+            return right - others.max(axis=1) if y.shape[1] > 1 else np.full(n, np.inf)
+        theta = readout.theta * self.sfx.fx.one
+        want = (truth[:, None] >> np.arange(y.shape[1])) & 1
+        return np.where(want == 1, y - theta, theta - y).min(axis=1)
 
     def holds_at(self, tokens) -> bool:
         """Does the failure formula hold at this concrete input of the case?"""
@@ -162,7 +191,7 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
                       for i, yi in enumerate(y)])
     if track:
         fail = S.any([fail] + S.overflows)
-    return Encoding(case, S, fail, y, rec)
+    return Encoding(case, S, fail, y, rec, q.readout)
 
 
 def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:

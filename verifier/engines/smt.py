@@ -48,6 +48,7 @@ class Smt:
         stats = {"solver": "z3 " + z3.get_version_string(), "theory": self.theory, "cases": 0,
                  "decided_by_evaluation": 0, "decided_by_solver": 0, "solver_seconds": 0.0, "unfinished_case": None}
         totals: dict[str, float] = {}
+        exact_margin = True  # every case's readout margin was a table
         try:
             for case in task.cases():
                 left = None if opts.timeout is None else opts.timeout - (time.monotonic() - t0)
@@ -57,6 +58,14 @@ class Smt:
                 stats["cases"] += 1
                 enc = encode(ev, case, self.theory)
                 want = opts.max_counterexamples - len(result.found)
+                margins = enc.margins()
+                if margins is None:
+                    exact_margin = False
+                elif len(margins):
+                    i = int(np.argmin(margins))
+                    if result.min_margin is None or margins[i] < result.min_margin:
+                        result.min_margin = float(margins[i])
+                        result.tightest = task.index_of(self._input_at(enc, i))
                 if enc.fail.expr is None:
                     stats["decided_by_evaluation"] += 1
                     inputs = self._from_table(enc, want)
@@ -77,6 +86,10 @@ class Smt:
                     opts.progress(result.covered, task.total)
         except KeyboardInterrupt:
             result.status = "interrupted"
+        if not exact_margin:  # a margin over some cases only would mislead
+            result.min_margin = result.tightest = None
+        elif result.min_margin is not None:
+            result.min_margin /= problem.arith.one
         stats["solver_seconds"] = round(stats["solver_seconds"], 3)
         stats.update({k: v for k, v in totals.items()})
         stats["seconds"] = time.monotonic() - t0
@@ -84,18 +97,21 @@ class Smt:
         return result
 
     @staticmethod
-    def _from_table(enc, want: int) -> list[list[int]]:
+    def _input_at(enc, i: int, var: Optional[int] = None) -> list[int]:
+        """The input of the case with token `var` (default: the answer's) at its i-th domain value."""
+        doms = enc.case.domains
+        var = enc.case.answer_position if var is None else var
+        tokens = [int(d[0]) for d in doms]
+        tokens[var] = int(doms[var][min(i, len(doms[var]) - 1)])
+        return tokens
+
+    @classmethod
+    def _from_table(cls, enc, want: int) -> list[list[int]]:
         """Failing inputs of a formula that depends on at most one token, in domain order."""
-        fail, doms = enc.fail, enc.case.domains
-        first = [int(d[0]) for d in doms]
+        fail = enc.fail
         if fail.is_const:
-            return [first] if fail.value() else []
-        out = []
-        for i in np.flatnonzero(fail.table)[:want]:
-            tokens = list(first)
-            tokens[fail.var] = int(doms[fail.var][i])
-            out.append(tokens)
-        return out
+            return [cls._input_at(enc, 0)] if fail.value() else []
+        return [cls._input_at(enc, int(i), fail.var) for i in np.flatnonzero(fail.table)[:want]]
 
     @staticmethod
     def _solve(enc, want: int, left: Optional[float], totals: dict) -> tuple[list[list[int]], str]:
