@@ -102,6 +102,17 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
         S.note(S.const(True))
 
     def lin(W, x, b=None):
+        tokens = {s.var for s in x if s.var is not None}
+        if not any(s.is_term for s in x) and len(tokens) <= 1:
+            # a function of at most one token: the evaluator's own linear rule on the whole table
+            j = tokens.pop() if tokens else None
+            n = 1 if j is None else len(S.domains[j])
+            rows = np.stack([np.broadcast_to(s.table, (n,)) for s in x], axis=-1)
+            ctx = fx.context((n,))
+            Y = fx.lin(W, rows, b, ctx, "lin")
+            if track:
+                S.note(S.const(ctx.ovf[0]) if j is None else S.lookup(j, ctx.ovf))
+            return [S.const(Y[0, r]) if j is None else S.lookup(j, Y[:, r]) for r in range(W.shape[0])]
         out = []
         for r in range(W.shape[0]):
             cols = np.flatnonzero(W[r])
@@ -109,6 +120,9 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
         return out
 
     def dot(a, b, bias=None):
+        # R(0 * x) = 0 in every rounding mode and never saturates: drop products with a constant 0
+        pairs = [(x, y) for x, y in zip(a, b) if not ((x.is_const and x.value() == 0) or (y.is_const and y.value() == 0))]
+        a, b = [x for x, _ in pairs], [y for _, y in pairs]
         if fx.accumulate == "product":
             terms = [S.sat(S.round_shift(S.mul(x, y), fx.f)) for x, y in zip(a, b)]
             s = S.total(terms + ([S.const(bias)] if bias is not None else []))
@@ -143,14 +157,15 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
                 Ks = [lin(head.W_K, X[j]) for j in range(L)]
                 Vs = [lin(head.W_V, X[j]) for j in range(L)]
             for n, i in enumerate(qpos):
-                if li == 0:
-                    logits = []
-                    for j in keys[i]:
-                        ctx = fx.context((len(rows[i]), len(rows[j])))
-                        table = fx.scores(t.q[hi][rows[i]], t.k[hi][rows[j]], ctx, "logits")
-                        logits.append(S.pair(i, j, table))
-                        if track:
-                            S.note(S.pair(i, j, ctx.ovf))
+                if li == 0:  # every key position at once, then split by position
+                    key_rows = np.concatenate([rows[j] for j in keys[i]])
+                    ctx = fx.context((len(rows[i]), len(key_rows)))
+                    table = fx.scores(t.q[hi][rows[i]], t.k[hi][key_rows], ctx, "logits")
+                    bounds = np.cumsum([0] + [len(rows[j]) for j in keys[i]])
+                    logits = [S.pair(i, j, table[:, a:b]) for j, a, b in zip(keys[i], bounds, bounds[1:])]
+                    if track:
+                        for j, a, b in zip(keys[i], bounds, bounds[1:]):
+                            S.note(S.pair(i, j, ctx.ovf[:, a:b]))
                 else:
                     Qi = lin(head.W_Q, Xq[n])
                     logits = [dot(Qi, Ks[j]) for j in keys[i]]
