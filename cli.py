@@ -20,7 +20,7 @@ from verifier.dump import format_trace, trace_json, write_dumps
 from verifier.engines import ENGINES
 from verifier.errors import InputError, InternalError
 from verifier.specs import check as check_specs, load_specs
-from verifier.sweep import frontier, parse_range, write_new
+from verifier.sweep import check_new, frontier, parse_range, write_new
 from verifier.tasks import ALIASES, TASKS, canonical, make_task
 
 ENGINE_NAMES = ["auto", *ENGINES]
@@ -198,15 +198,16 @@ def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, si
               timeout, output, fmt):
     """The precision frontier: smallest p that proves the construction, for each N."""
     Ns, ps = parse_range(N_range, "--N"), parse_range(p_range, "--p")
+    if output:
+        if not output.endswith((".csv", ".json")):
+            raise InputError("-o must end in .csv or .json")
+        check_new(output)
     fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, rounding=rounding, overflow=overflow,
                   accumulate=accumulate, sigma=sigma, k=k, eta=eta, seed=seed,
                   progress=lambda line: click.echo(line, err=True))
     render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
     if output:
-        kind = "json" if output.endswith(".json") else "csv" if output.endswith(".csv") else None
-        if kind is None:
-            raise InputError("-o must end in .csv or .json")
-        write_new(output, render[kind]())
+        write_new(output, render["json" if output.endswith(".json") else "csv"]())
         click.echo(f"wrote {output}", err=True)
     click.echo(render[fmt or "markdown"]())
     return 0
@@ -273,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except InternalError as exc:
         click.echo(f"verify: internal error (please report): {exc}", err=True)
+        return 2
+    except OSError as exc:  # a file or directory the user named cannot be written or read
+        click.echo(f"verify: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
         return 2
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("verify: interrupted before a verdict: unknown", err=True)

@@ -81,6 +81,8 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         raise InputError(f"--max-counterexamples must be >= 1, got {max_counterexamples}")
     if timeout is not None and timeout <= 0:
         raise InputError(f"--timeout must be positive, got {timeout}")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
     opts = RunOptions(max_counterexamples, timeout, start, stop, workers, progress)
     chosen = choose(engine, problem, opts)
     t0 = time.monotonic()

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -120,6 +121,16 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
         result.slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
         result.intercept = my - result.slope * mx
     return result
+
+
+def check_new(path: str | Path) -> Path:
+    """Fail before a long run, not after it, if its output file cannot be created."""
+    path = Path(path)
+    if path.exists():
+        raise InputError(f"{path} exists; refusing to overwrite it")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK):
+        raise InputError(f"cannot create {path}: {path.parent} is not a writable directory")
+    return path
 
 
 def write_new(path: str | Path, text: str) -> Path:
