@@ -100,6 +100,8 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
             reason = "interrupted (Ctrl-C)"
         elif er.status == "timeout":
             reason = f"timeout after {timeout:g} s"
+        elif er.status == "incomplete":
+            reason = "the solver answered unknown"
         else:
             reason = f"the range {start}..{stop} is part of the {total} inputs"
         if er.stats.get("unfinished_case"):

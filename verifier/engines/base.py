@@ -49,7 +49,7 @@ class Found:
 
 @dataclass
 class EngineResult:
-    status: str  # complete | interrupted | timeout
+    status: str  # complete | interrupted | timeout | incomplete (a solver answered unknown)
     covered: int  # inputs decided, a prefix of the range in enumeration order
     found: list[Found]
     min_margin: Optional[float] = None

@@ -1,4 +1,4 @@
-"""The SMT engine (z3, quantifier-free bit-vectors): a proof for every input, case by case.
+"""The SMT engine (z3; bit-vectors by default, or integers): a proof for every input, case by case.
 
 For each case split of the task (an input length and a query token), `encoding.encode` builds
 "the model fails on some input of this case".  A formula that partial evaluation reduces to a
@@ -74,8 +74,9 @@ class Smt:
                     ts = time.monotonic()
                     inputs, status = self._solve(enc, want, left, totals)
                     stats["solver_seconds"] += time.monotonic() - ts
-                    if status == "unknown":
-                        result.status, stats["unfinished_case"] = "timeout", case.name
+                    if status == "unknown":  # out of time, or z3 gave up (possible with integers)
+                        result.status = "timeout" if left is not None else "incomplete"
+                        stats["unfinished_case"] = case.name
                         result.found.extend(self._found(ev, task, enc, inputs))
                         break
                 result.found.extend(self._found(ev, task, enc, inputs))
@@ -91,7 +92,7 @@ class Smt:
         elif result.min_margin is not None:
             result.min_margin /= problem.arith.one
         stats["solver_seconds"] = round(stats["solver_seconds"], 3)
-        stats.update({k: v for k, v in totals.items()})
+        stats.update(totals)
         stats["seconds"] = time.monotonic() - t0
         result.stats = stats
         return result
@@ -102,7 +103,7 @@ class Smt:
         doms = enc.case.domains
         var = enc.case.answer_position if var is None else var
         tokens = [int(d[0]) for d in doms]
-        tokens[var] = int(doms[var][min(i, len(doms[var]) - 1)])
+        tokens[var] = int(doms[var][i])
         return tokens
 
     @classmethod
