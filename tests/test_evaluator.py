@@ -63,7 +63,8 @@ def test_real_reference_matches_a_float_forward_pass():
                     S = (X @ h.W_Q.T) @ (X @ h.W_K.T).T
                     allowed = np.tril(np.ones((4, 4), bool)) if layer.causal else np.ones((4, 4), bool)
                     if layer.attention == "softmax":
-                        e = np.where(allowed, np.exp(S - np.where(allowed, S, -np.inf).max(1, keepdims=True)), 0)
+                        M = np.where(allowed, S, -np.inf).max(1, keepdims=True)
+                        e = np.where(allowed, np.exp(np.where(allowed, S - M, 0)), 0)
                         A = e / e.sum(1, keepdims=True)
                     else:
                         A = np.where(allowed, np.maximum(S, 0), 0)
