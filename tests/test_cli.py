@@ -1,7 +1,6 @@
 """The `verify` command line: exit codes, JSON, dumps, model files and bad input."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Real
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.evaluator import Evaluator, reference, trace
 
 from helpers import random_model

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import verifier
-from verifier.arithmetic import FixedPoint
 from verifier.constructions.index_lookup import build, paper_eta
 from verifier.constructions.sign_vectors import hadamard, max_offdiag, sign_vectors
 from verifier.tasks import IndexLookup
