@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import z3
 
-from .evaluator import Evaluator, trace
+from .evaluator import Evaluator, readout_margins, trace
 from .symbolic import Sym, SymFX
 from .tasks import Case
 
@@ -56,18 +56,9 @@ class Encoding:
         if dependent - {j}:
             return None
         n = len(doms[j])
-        y = np.array([np.broadcast_to(s.table, (n,)) if s.var is not None else np.full(n, s.value())
-                      for s in self.scores]).T  # (n, C)
+        y = np.array([np.broadcast_to(s.table, (n,)) for s in self.scores]).T  # (n, C) codes
         truth = np.broadcast_to(self.case.answer_table, (n,))
-        readout = self.readout
-        if readout.kind == "argmax":
-            right = y[np.arange(n), truth]
-            others = y.astype(float)
-            others[np.arange(n), truth] = -np.inf
-            return right - others.max(axis=1) if y.shape[1] > 1 else np.full(n, np.inf)
-        theta = readout.theta * self.sfx.fx.one
-        want = (truth[:, None] >> np.arange(y.shape[1])) & 1
-        return np.where(want == 1, y - theta, theta - y).min(axis=1)
+        return readout_margins(y, truth, self.readout.kind, self.readout.theta * self.sfx.fx.one)
 
     def holds_at(self, tokens) -> bool:
         """Does the failure formula hold at this concrete input of the case?"""

@@ -203,25 +203,31 @@ class Evaluator:
         return (bits.astype(np.int64) << np.arange(y.shape[1])).sum(axis=1), np.zeros(len(y), dtype=bool)
 
     def margins(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
-        """How far each decision is from flipping, in real units (negative or 0: it failed).
-
-        argmax: score of the expected class minus the best other score; threshold: the smallest
-        signed distance y_i - theta over the output bits (sign + where the bit should be 1).
-        """
-        y = self.arith.to_real(out.scores)
-        B, C = y.shape
-        if self.q.readout.kind == "argmax":
-            right = y[np.arange(B), expected]
-            others = y.copy()
-            others[np.arange(B), expected] = -np.inf
-            return right - others.max(axis=1) if C > 1 else np.full(B, np.inf)
-        want = (expected[:, None] >> np.arange(C)) & 1
-        signed = np.where(want == 1, y - self.q.readout.theta, self.q.readout.theta - y)
-        return signed.min(axis=1)
+        """How far each decision is from flipping, in real units (see `readout_margins`)."""
+        ro = self.q.readout
+        return readout_margins(self.arith.to_real(out.scores), expected, ro.kind, ro.theta)
 
     def failures(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
         """Mask of the inputs the model gets wrong: wrong answer, tie, or saturation (error mode)."""
         return (out.pred != expected) | out.tie | out.ovf
+
+
+def readout_margins(y: np.ndarray, expected: np.ndarray, kind: str, theta: float) -> np.ndarray:
+    """Margins of readout scores y (B, C) against the expected answers (negative or 0: failed).
+
+    argmax: score of the expected class minus the best other score; threshold: the smallest
+    signed distance y_i - theta over the output bits (sign + where the bit should be 1).
+    y and theta in the same units.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    B, C = y.shape
+    if kind == "argmax":
+        right = y[np.arange(B), expected]
+        others = y.copy()
+        others[np.arange(B), expected] = -np.inf
+        return right - others.max(axis=1) if C > 1 else np.full(B, np.inf)
+    want = (expected[:, None] >> np.arange(C)) & 1
+    return np.where(want == 1, y - theta, theta - y).min(axis=1)
 
 
 def trace(ev: Evaluator, tokens: np.ndarray) -> tuple[Outputs, dict[str, np.ndarray]]:
