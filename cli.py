@@ -17,10 +17,11 @@ from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
 from verifier.constructions import CONSTRUCTIONS
 from verifier.dump import format_trace, trace_json, write_dumps
 from verifier.engines import ENGINES
+from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
 from verifier.specs import check as check_specs, load_specs
 from verifier.sweep import check_new, frontier, parse_range, write_new
-from verifier.tasks import ALIASES, TASKS, canonical, make_task
+from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
 
 ENGINE_NAMES = ["auto", *ENGINES]
 
@@ -58,13 +59,37 @@ def run_options(fn):
 
 def construction_options(fn):
     for opt in reversed([
-        click.option("--sigma", type=int, default=2, show_default=True, help="Alphabet size."),
+        click.option("--variant", default=None, help="paper (as printed) or corrected (the default); see verify list."),
         click.option("--k", "k", type=int, default=None, help="Width of the sign vectors T (default: rule)."),
         click.option("--eta", type=float, default=None, help="Attention scale (default: the paper's rule)."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed for random sign vectors."),
     ]):
         fn = opt(fn)
     return fn
+
+
+def _task_option_decorators(options) -> list:
+    out = []
+    for o in options:
+        flag = "--" + o.name.replace("_", "-")
+        if o.type is bool:
+            out.append(click.option(flag, o.name, is_flag=True, default=None, help=o.help))
+        else:
+            out.append(click.option(flag, o.name, type=o.type, default=None, help=o.help
+                                    + (f" [default: {o.default}]" if o.default is not None else "")))
+    return out
+
+
+ALL_TASK_OPTIONS = list({o.name: o for t in TASKS.values() for o in t.OPTIONS}.values())
+
+
+def task_option_flags(options):
+    """Click options for a task's own parameters (sigma, s, dim, ...); None when not given."""
+    def wrap(fn):
+        for opt in reversed(_task_option_decorators(options)):
+            fn = opt(fn)
+        return fn
+    return wrap
 
 
 class Progress:
@@ -128,18 +153,19 @@ def cli() -> None:
 
 
 def _task_command(task_name: str, name: str) -> None:
-    theorem = CONSTRUCTIONS[task_name][1]
+    theorem = CONSTRUCTIONS[task_name].theorem
 
     @cli.command(name, help=f"Prove the built-in {task_name} construction ({theorem}) on every input "
-                            f"of every length up to N.")
-    @click.option("--N", "N", type=int, required=True, help="Largest input length.")
+                            f"up to size N.")
+    @click.option("--N", "N", type=int, required=True, help="Size of the task (largest input length).")
+    @task_option_flags(task_options(task_name))
     @arithmetic_options
     @construction_options
     @run_options
-    def command(N, p, f, rounding, overflow, accumulate, sigma, k, eta, seed, engine, timeout,
-                max_counterexamples, start, stop, workers, as_json, dump, trace):
+    def command(N, p, f, rounding, overflow, accumulate, variant, k, eta, seed, engine, timeout,
+                max_counterexamples, start, stop, workers, as_json, dump, trace, **options):
         problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
-                                         accumulate=accumulate, sigma=sigma, k=k, eta=eta, seed=seed)
+                                         accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options)
         return decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, trace)
 
 
@@ -150,31 +176,33 @@ for _name in [*TASKS, *ALIASES]:
 @cli.command("run")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), required=True, help="A .npz model file.")
 @click.option("--task", "task_name", required=True, help="The task the model should solve (e.g. idxl).")
-@click.option("--N", "N", type=int, required=True, help="Largest input length.")
-@click.option("--sigma", type=int, default=2, show_default=True, help="Alphabet size.")
+@click.option("--N", "N", type=int, required=True, help="Size of the task (largest input length).")
+@task_option_flags(ALL_TASK_OPTIONS)
 @arithmetic_options
 @run_options
-def run_cmd(model_path, task_name, N, sigma, p, f, rounding, overflow, accumulate, engine, timeout,
-            max_counterexamples, start, stop, workers, as_json, dump, trace):
+def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engine, timeout,
+            max_counterexamples, start, stop, workers, as_json, dump, trace, **options):
     """Verify a model from a file (docs/model-format.md) on a task."""
     model = verifier.load_model(model_path)
     problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
-                                     accumulate=accumulate, sigma=sigma, model=model)
+                                     accumulate=accumulate, model=model, **options)
     return decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, trace)
 
 
 @cli.command("export")
 @click.argument("task_name")
-@click.option("--N", "N", type=int, required=True, help="Largest input length.")
+@click.option("--N", "N", type=int, required=True, help="Size of the task (largest input length).")
+@task_option_flags(ALL_TASK_OPTIONS)
 @construction_options
+@click.option("--f", "f", type=int, default=None, help="Fractional bits (the paper variants' eta depends on them).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The .npz file to write.")
-def export_cmd(task_name, N, sigma, k, eta, seed, output):
+def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
     """Write a built-in construction as a model file (never overwrites)."""
-    name = make_task(task_name, N=N, sigma=sigma).name
-    model = CONSTRUCTIONS[name][0](N, sigma=sigma, k=k, eta=eta, seed=seed)
+    task = make_task(task_name, N=N, **options)
+    model = CONSTRUCTIONS[task.name].build(task, variant, k, eta, seed, f)
     path = verifier.save_model(model, output)
-    click.echo(f"wrote {path}: {name} construction, N={N}, sigma={sigma}, d={model.d}, "
-               f"{model.n_params()} parameters")
+    click.echo(f"wrote {path}: {model.info['construction']} construction ({model.info.get('variant')}), "
+               f"task {task.name}, N={N}, d={model.d}, {model.n_params()} parameters")
     return 0
 
 
@@ -186,6 +214,7 @@ def export_cmd(task_name, N, sigma, k, eta, seed, output):
 @click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
+@task_option_flags(ALL_TASK_OPTIONS)
 @construction_options
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
 @click.option("--timeout", type=float, default=None, help="Seconds per (N, p).")
@@ -193,8 +222,8 @@ def export_cmd(task_name, N, sigma, k, eta, seed, output):
               help="Write the table here (.csv or .json; never overwrites).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
               help="Table format on stdout (default markdown; the output file's suffix decides for -o).")
-def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, sigma, k, eta, seed, engine,
-              timeout, output, fmt):
+def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, variant, k, eta, seed, engine,
+              timeout, output, fmt, **options):
     """The precision frontier: smallest p that proves the construction, for each N."""
     Ns, ps = parse_range(N_range, "--N"), parse_range(p_range, "--p")
     if output:
@@ -202,7 +231,7 @@ def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, si
             raise InputError("-o must end in .csv or .json")
         check_new(output)
     fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, rounding=rounding, overflow=overflow,
-                  accumulate=accumulate, sigma=sigma, k=k, eta=eta, seed=seed,
+                  accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options,
                   progress=lambda line: click.echo(line, err=True))
     render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
     if output:
@@ -248,13 +277,35 @@ def _count(n: int) -> str:
     return f"{n:,}" if n < 10 ** 12 else f"{n:.3g}"
 
 
+@cli.command("errata")
+@click.option("--p", "p", type=int, default=12, show_default=True, help="Bits for the verdict columns.")
+@click.option("--p-range", default="4..16", show_default=True, help="Range searched for the smallest p.")
+@click.option("--dump", type=click.Path(file_okay=False), default="errata-dumps", show_default=True,
+              help="Directory for the printed variants' counterexamples (new files only).")
+@click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
+@click.option("--timeout", type=float, default=None, help="Seconds per run; past it the verdict is unknown.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def errata_cmd(p, p_range, dump, engine, timeout, as_json):
+    """Each printed construction of seed 004 against its corrected version, decided by the engines."""
+    rows = run_errata(p, parse_range(p_range, "--p-range"), dump, engine, timeout,
+                      progress=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps(errata_json(rows), indent=2) if as_json else errata_markdown(rows))
+    return 0
+
+
 @cli.command("list")
 def list_cmd():
-    """Every task, its construction and the theorem it comes from."""
-    for name in TASKS:
+    """Every task, its construction, the theorem, and the construction's variants."""
+    for name, task in TASKS.items():
         aliases = [a for a, t in ALIASES.items() if t == name]
-        theorem = CONSTRUCTIONS[name][1] if name in CONSTRUCTIONS else "-"
-        click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {name}, {theorem}")
+        c = CONSTRUCTIONS[name]
+        opts = " ".join(f"--{o.name.replace('_', '-')}" for o in task.OPTIONS)
+        click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {c.name}, "
+                   f"{c.theorem}" + (f"; options {opts}" if opts else ""))
+        for v, what in c.variants.items():
+            click.echo(f"  --variant {v:<10}{' (default)' if v == c.default else ''} {what}")
+        for v, why in c.unbuildable.items():
+            click.echo(f"  --variant {v:<10} cannot be built: {why.split('. ')[0]}.")
     return 0
 
 

@@ -78,7 +78,7 @@ class RandomLookupTask:
         per = self.V ** (self.L - 1)
         for last in range(self.V):  # the enumeration's last digit varies fastest: cases interleave
             doms = [np.arange(self.V)] * (self.L - 1) + [np.array([last])]
-            yield self._Case(f"last={last}", doms, self.key, self.F[doms[self.key]], 0, per)
+            yield self._Case(f"last={last}", doms, lambda S, F=self.F[doms[self.key]]: S.lookup(self.key, F), 0, per)
 
     def decode(self, index):
         return next(self.batches(index, index + 1, 1)).tokens[0]

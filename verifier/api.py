@@ -39,17 +39,18 @@ class Traced:
 
 def build_problem(task: str = "index_lookup", *, N: int, p: int, f: Optional[int] = None,
                   rounding: str = "floor", overflow: str = "saturate", accumulate: str = "product",
-                  sigma: int = 2, k: Optional[int] = None, eta: Optional[float] = None, seed: int = 0,
-                  model: Optional[Model] = None) -> Problem:
-    """The task at size N, the arithmetic, and the built-in construction (or the given model)."""
+                  variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
+                  seed: int = 0, model: Optional[Model] = None, **task_options) -> Problem:
+    """The task at size N (with its options, e.g. ``sigma=4``), the arithmetic, and the built-in
+    construction in the given variant (default: corrected), or the given model."""
     name = canonical(task)
-    t = make_task(name, N=N, sigma=sigma)
+    t = make_task(name, N=N, **task_options)
     arith = FixedPoint(p, f, rounding, overflow, accumulate)
     if model is None:
-        builder, _ = CONSTRUCTIONS[name]
-        model = builder(N, sigma=sigma, k=k, eta=eta, seed=seed)
-    elif (k, eta) != (None, None):
-        raise InputError("--k and --eta set a built-in construction's parameters; they do not apply to --model")
+        model = CONSTRUCTIONS[name].build(t, variant, k, eta, seed, arith.f)
+    elif (k, eta, variant) != (None, None, None):
+        raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
+                         "they do not apply to --model")
     check_compatible(model, t)
     return Problem(t, model, arith)
 

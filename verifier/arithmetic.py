@@ -146,7 +146,7 @@ class FixedPoint:
 
     def sat(self, x: np.ndarray, ctx: Ctx, name: str, present: Optional[np.ndarray] = None) -> np.ndarray:
         """Clamp to the code range; under overflow = error, note saturations (of present entries)."""
-        y = np.clip(x, self.lo, self.hi)
+        y = np.minimum(np.maximum(x, self.lo), self.hi)  # np.clip is several times slower on int64
         if ctx.track:
             ctx.note(name, (y != x) if present is None else (y != x) & present)
         return y
@@ -181,6 +181,10 @@ class FixedPoint:
     def lin(self, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx: Ctx, name: str) -> np.ndarray:
         """y = W x + b by the linear rule; W (out, in), x (..., in) -> (..., out)."""
         return self._dot(x[..., None, :], W, b, ctx, name)
+
+    def lin_gathered(self, Wg: np.ndarray, xg: np.ndarray, b: Optional[np.ndarray], ctx: Ctx, name: str) -> np.ndarray:
+        """`lin` for a sparse W given row by row: y_r = sum_j Wg[r, j] xg[..., r, j] (padding has Wg = 0)."""
+        return self._dot(xg, Wg, b, ctx, name)
 
     def scores(self, q: np.ndarray, k: np.ndarray, ctx: Ctx, name: str,
                mask: Optional[np.ndarray] = None) -> np.ndarray:
@@ -258,6 +262,10 @@ class Real:
 
     def lin(self, W, x, b, ctx, name):
         y = x @ W.T
+        return y if b is None else y + b
+
+    def lin_gathered(self, Wg, xg, b, ctx, name):
+        y = (xg * Wg).sum(-1)
         return y if b is None else y + b
 
     def scores(self, q, k, ctx, name, mask=None):

@@ -44,7 +44,8 @@ def write_dumps(result: Result, directory: str | Path) -> list[Path]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    stem = f"{result.task['name']}-N{result.task.get('N', '')}-p{result.arithmetic['p']}"
+    variant = result.params.get("variant")
+    stem = f"{result.task['name']}{'-' + variant if variant else ''}-N{result.task.get('N', '')}-p{result.arithmetic['p']}"
     for cex in result.counterexamples:
         text = json.dumps(counterexample_document(result, cex), indent=1)
         for attempt in range(1, 10_000):

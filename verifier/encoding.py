@@ -27,6 +27,7 @@ class Encoding:
     sfx: SymFX
     fail: Sym  # Bool: the model fails on the input
     scores: list[Sym]  # the readout codes
+    truth: Sym  # the expected answer
     trace: dict  # evaluator names (L0.H0.attn, L0.out, ...) -> nested lists of Sym, query positions first
     readout: object  # the model's Readout (kind, theta)
 
@@ -41,24 +42,25 @@ class Encoding:
         v = z3.simplify(z3.substitute(value.expr, *subs))
         return z3.is_true(v) if z3.is_bool(v) else (v.as_signed_long() if z3.is_bv(v) else v.as_long())
 
-    def margins(self) -> np.ndarray | None:
-        """Readout margins in codes over the case's inputs, when no score depends on two tokens.
+    def margins(self) -> tuple[np.ndarray, int | None] | None:
+        """Readout margins in codes over the case's inputs, when they all depend on one token.
 
         argmax: the answer's score minus the best other score; threshold: the smallest signed
-        distance to theta (as `Evaluator.margins`).  Indexed by the answer token's domain (one
-        entry if it is fixed); None when a score is a z3 term.
+        distance to theta (as `Evaluator.margins`).  Returns (margins indexed by that token's
+        domain, the token's position) (one entry and None if nothing depends on a token); None when
+        a score or the answer mixes tokens, or the case filters its inputs.
         """
-        if any(y.expr is not None for y in self.scores):
+        values = self.scores + [self.truth]
+        if self.case.valid is not None or any(y.expr is not None for y in values):
             return None
-        doms = self.case.domains
-        j = self.case.answer_position
-        dependent = {y.var for y in self.scores if y.var is not None}
-        if dependent - {j}:
+        dependent = {y.var for y in values if y.var is not None}
+        if len(dependent) > 1:
             return None
-        n = len(doms[j])
+        var = dependent.pop() if dependent else None
+        n = 1 if var is None else len(self.case.domains[var])
         y = np.array([np.broadcast_to(s.table, (n,)) for s in self.scores]).T  # (n, C) codes
-        truth = np.broadcast_to(self.case.answer_table, (n,))
-        return readout_margins(y, truth, self.readout.kind, self.readout.theta * self.sfx.fx.one)
+        truth = np.broadcast_to(self.truth.table, (n,))
+        return readout_margins(y, truth, self.readout.kind, self.readout.theta * self.sfx.fx.one), var
 
     def holds_at(self, tokens) -> bool:
         """Does the failure formula hold at this concrete input of the case?"""
@@ -186,18 +188,25 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
             Xnew.append(x)
         X = Xnew
     y = lin(q.readout.W_U, X[-1], q.readout.b_U)
-    truth = S.lookup(case.answer_position, case.answer_table)
+    truth = case.truth(S)
     if q.readout.kind == "argmax":
         best = S.select(y, truth)
         fail = S.any([S.and_(S.ne(truth, S.const(c)), S.ge(y[c], best)) for c in range(len(y))])
     else:
         theta = S.const(math.floor(q.readout.theta * fx.one))  # y > theta  <=>  code > floor(theta 2^f)
         fail = S.any([S.ne(S.gt(yi, theta), S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1,
-                                                   lambda e, i=i: z3.Extract(i, i, e) == 1))
+                                                   lambda e, i=i: _bit(e, i)))
                       for i, yi in enumerate(y)])
     if track:
         fail = S.any([fail] + S.overflows)
-    return Encoding(case, S, fail, y, rec, q.readout)
+    if case.valid is not None:
+        fail = S.and_(case.valid(S), fail)
+    return Encoding(case, S, fail, y, truth, rec, q.readout)
+
+
+def _bit(e, i: int):
+    """Bit i of a z3 integer term is 1."""
+    return z3.Extract(i, i, e) == 1 if z3.is_bv(e) else (e / (1 << i)) % 2 == 1
 
 
 def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:

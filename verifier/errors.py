@@ -10,3 +10,7 @@ class InternalError(RuntimeError):
 
     Never a verdict: the CLI reports it with exit 2.
     """
+
+
+class UnbuildableError(InputError):
+    """A construction variant that cannot be built as printed (the message says why)."""

@@ -17,7 +17,8 @@ cannot influence the output are therefore not computed and not reported under
 ``overflow = error``.
 
 Linear maps skip the columns that are zero after quantization: R(0 * x) = 0 in every rounding
-mode, so skipping them is exact.
+mode, so skipping them is exact.  A map whose rows each have few non-zeros (the identity blocks of
+the constructions) is applied row by row on its own columns, for the same reason.
 """
 
 from __future__ import annotations
@@ -84,8 +85,19 @@ class Evaluator:
         key = id(W)
         if key not in self._cols:
             cols = np.flatnonzero(np.any(W != 0, axis=0))
-            self._cols[key] = (W[:, cols], cols)
-        Wc, cols = self._cols[key]
+            nnz = (W != 0).sum(axis=1)
+            width = max(int(nnz.max(initial=0)), 1)
+            if width * 2 <= len(cols):  # sparse rows (identity blocks): gather each row's own columns
+                idx = np.zeros((W.shape[0], width), dtype=np.int64)
+                for r in range(W.shape[0]):
+                    nz = np.flatnonzero(W[r])
+                    idx[r, :len(nz)] = nz
+                self._cols[key] = (np.take_along_axis(W, idx, axis=1) * (np.arange(width) < nnz[:, None]), idx, True)
+            else:
+                self._cols[key] = (W[:, cols], cols, False)
+        Wc, cols, gathered = self._cols[key]
+        if gathered:
+            return self.arith.lin_gathered(Wc, x[..., cols], b, ctx, name)
         return self.arith.lin(Wc, x[..., cols], b, ctx, name)
 
     def _embed(self, tok: np.ndarray, pos: np.ndarray, ctx: Ctx) -> np.ndarray:

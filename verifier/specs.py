@@ -7,7 +7,8 @@ A spec file holds one obligation as top-level keys:
     construction = "index_lookup"  # the built-in construction, or: model = "path/to/model.npz"
     N = 16
     p = 12                         # and optionally f, rounding, overflow, accumulate
-    sigma = 2                      # optional construction parameters: k, eta, seed
+    sigma = 2                      # the task's options (sigma, s, instance, dim, gamma, ...)
+    variant = "paper"              # optional construction parameters: variant, k, eta, seed
     engine = "auto"
     expect = "proved"              # proved | refuted | unknown
     timeout = 120                  # optional, seconds
@@ -29,9 +30,10 @@ from .constructions import CONSTRUCTIONS
 from .errors import InputError, InternalError
 from .model import load_model
 from .result import Result
-from .tasks import canonical
+from .tasks import TASKS, canonical
 
-PROBLEM_KEYS = {"N", "p", "f", "rounding", "overflow", "accumulate", "sigma", "k", "eta", "seed"}
+PROBLEM_KEYS = ({"N", "p", "f", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"}
+                | {o.name for t in TASKS.values() for o in t.OPTIONS})
 OTHER_KEYS = {"description", "task", "construction", "model", "engine", "expect", "timeout", "profiles"}
 VERDICTS = ("proved", "refuted", "unknown")
 
@@ -79,9 +81,12 @@ def load_spec(path: Path) -> Spec:
     construction = data.get("construction")
     if construction is not None and "model" in data:
         raise InputError(f"spec {path}: give either construction or model, not both")
-    if construction is not None and (construction not in CONSTRUCTIONS or construction != canonical(data["task"])):
+    if construction is not None and (canonical(data["task"]) not in CONSTRUCTIONS
+                                     or construction != CONSTRUCTIONS[canonical(data["task"])].name):
         raise InputError(f"spec {path}: no built-in construction {construction!r} for task {data['task']!r}")
     model = path.parent / data["model"] if "model" in data else None
+    if "instance" in data:  # relative to the spec, like a model file
+        data["instance"] = str(path.parent / data["instance"])
     return Spec(path=path, task=data["task"], expect=data["expect"],
                 problem={k: data[k] for k in PROBLEM_KEYS if k in data}, engine=data.get("engine", "auto"),
                 timeout=data.get("timeout"), profiles=list(data.get("profiles", ["ci", "full"])),

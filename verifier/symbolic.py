@@ -75,6 +75,28 @@ class SymFX:
             return Sym(None, np.asarray(table.flat[0]))
         return Sym(j, table)
 
+    def token(self, j: int) -> Sym:
+        """The token id at position j."""
+        return self.lookup(j, self.domains[j])
+
+    def func(self, positions: list[int], table: np.ndarray) -> Sym:
+        """A value of the tokens at `positions`: table[a_1, ..., a_m] when t_{p_i} = domains[p_i][a_i]."""
+        table = np.asarray(table)
+        if not positions:
+            return self.const(table)
+        if len(positions) == 1:
+            return self.lookup(positions[0], table)
+        if len(positions) == 2 and positions[0] != positions[1]:
+            return self.pair(positions[0], positions[1], table)
+        first, rest = positions[0], positions[1:]
+        branches = [self.func(rest, table[a]) for a in range(len(self.domains[first]))]
+        if self.tokens[first] is None:
+            return branches[0]
+        expr = self.z(branches[-1])
+        for a in range(len(branches) - 2, -1, -1):
+            expr = z3.If(self.tokens[first] == int(self.domains[first][a]), self.z(branches[a]), expr)
+        return Sym(expr=expr)
+
     def pair(self, i: int, j: int, table: np.ndarray) -> Sym:
         """A value of tokens i and j: table[a, b] for t_i = domains[i][a], t_j = domains[j][b]."""
         if i == j:
@@ -258,8 +280,28 @@ class SymFX:
     def ne(self, a: Sym, b: Sym) -> Sym:
         return self.lift2(a, b, np.not_equal, lambda x, y: x != y)
 
+    def eq(self, a: Sym, b: Sym) -> Sym:
+        return self.lift2(a, b, np.equal, lambda x, y: x == y)
+
     def and_(self, a: Sym, b: Sym) -> Sym:
         return self.lift2(a, b, np.logical_and, lambda x, y: z3.And(x, y))
+
+    def not_(self, a: Sym) -> Sym:
+        return self.lift1(a, np.logical_not, z3.Not)
+
+    def all(self, conds: list[Sym]) -> Sym:
+        return self.not_(self.any([self.not_(c) for c in conds]))
+
+    def as_int(self, a: Sym) -> Sym:
+        """A boolean as the integer 0 or 1."""
+        return self.lift1(a, lambda t: t.astype(np.int64),
+                          lambda e: z3.If(e, self.num(1), self.num(0)))
+
+    def where(self, cond: Sym, a: Sym, b: Sym) -> Sym:
+        """a where cond holds, else b."""
+        if cond.is_const:
+            return a if cond.value() else b
+        return Sym(expr=z3.If(self.z(cond), self.z(a), self.z(b)))
 
     def any(self, conds: list[Sym]) -> Sym:
         acc = self.const(False)

@@ -1,10 +1,60 @@
-"""Built-in constructions, by the task they solve."""
+"""Built-in constructions, by the task they solve, each with its variants.
+
+A builder takes the task (its size parameters), the variant and the construction options:
+``builder(task, variant=..., k=..., eta=..., seed=..., f=...)``.  ``f`` is the arithmetic's
+fractional bits: seed 004's printed scales depend on the precision through Kc, with
+N^-Kc = 2^-f (constructions.md 0.5).  A variant that cannot be built as printed is listed in
+``unbuildable`` with the reason, which is the error a user who asks for it gets.
+"""
 
 from __future__ import annotations
 
-from . import index_lookup
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
-# task name -> (builder, theorem); a builder takes the task's size parameters and its own options
-CONSTRUCTIONS = {"index_lookup": (index_lookup.build, index_lookup.THEOREM)}
+from ..errors import InputError, UnbuildableError
+from ..model import Model
+from . import equality, index_lookup, nearest_neighbour, sparse_threshold
 
-__all__ = ["CONSTRUCTIONS"]
+
+@dataclass(frozen=True)
+class Construction:
+    name: str
+    theorem: str
+    builder: Callable[..., Model]
+    variants: dict[str, str]  # variant -> what it is
+    unbuildable: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot be built
+    default: str = "corrected"
+
+    def build(self, task, variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
+              seed: int = 0, f: Optional[int] = None) -> Model:
+        variant = self.default if variant is None else variant
+        if variant in self.unbuildable:
+            raise UnbuildableError(f"{self.name} --variant {variant}: {self.unbuildable[variant]}")
+        if variant not in self.variants:
+            raise InputError(f"{self.name} has no variant {variant!r}; its variants: {', '.join(self.variants)}")
+        if k is not None and k < 1:
+            raise InputError(f"k must be >= 1, got {k}")
+        return self.builder(task, variant=variant, k=k, eta=eta, seed=seed, f=f)
+
+
+def _index_lookup(task, variant, k, eta, seed, f):
+    return index_lookup.build(task.N, sigma=task.sigma, k=k, eta=eta, seed=seed)
+
+
+CONSTRUCTIONS = {
+    "index_lookup": Construction("index_lookup", index_lookup.THEOREM, _index_lookup,
+                                 {"corrected": "C.2 with W_Q as horizontal blocks (constructions.md Part C #11)"},
+                                 {"paper": index_lookup.UNBUILDABLE}),
+    "equality": Construction("equality", equality.THEOREM, equality.build, equality.VARIANTS),
+    "disjointness": Construction("sparse_threshold", sparse_threshold.THEOREM, sparse_threshold.build,
+                                 sparse_threshold.VARIANTS),
+    "sparse_threshold": Construction("sparse_threshold", sparse_threshold.THEOREM, sparse_threshold.build,
+                                     sparse_threshold.VARIANTS),
+    "nearest_neighbour": Construction("nearest_neighbour", nearest_neighbour.THEOREM, nearest_neighbour.build,
+                                      nearest_neighbour.VARIANTS, {"literal": nearest_neighbour.UNBUILDABLE}),
+    "mqar": Construction("nearest_neighbour", nearest_neighbour.THEOREM, nearest_neighbour.build,
+                         nearest_neighbour.VARIANTS, {"literal": nearest_neighbour.UNBUILDABLE}),
+}
+
+__all__ = ["CONSTRUCTIONS", "Construction"]

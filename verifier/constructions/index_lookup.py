@@ -32,6 +32,9 @@ from ..tasks.index_lookup import symbol_names
 from .sign_vectors import sign_vectors
 
 THEOREM = "seed 004, Theorem 1, Appendix C.2"
+UNBUILDABLE = ("C.2 prints W_Q = eta [O; I; O] (blocks stacked vertically) against W_K = [O, O, I]: the "
+               "query map does not have the key map's shape, so <Q x, K x'> is undefined as printed "
+               "(constructions.md Part C #11). The only variant is 'corrected' (horizontal blocks).")
 
 
 def paper_eta(N: int) -> float:

@@ -58,14 +58,15 @@ class Smt:
                 stats["cases"] += 1
                 enc = encode(ev, case, self.theory)
                 want = opts.max_counterexamples - len(result.found)
-                margins = enc.margins()
-                if margins is None:
+                found_margins = enc.margins()
+                if found_margins is None:
                     exact_margin = False
-                elif len(margins):
+                else:
+                    margins, var = found_margins
                     i = int(np.argmin(margins))
                     if result.min_margin is None or margins[i] < result.min_margin:
                         result.min_margin = float(margins[i])
-                        result.tightest = task.index_of(self._input_at(enc, i))
+                        result.tightest = task.index_of(self._input_at(enc, i, var))
                 if enc.fail.expr is None:
                     stats["decided_by_evaluation"] += 1
                     inputs = self._from_table(enc, want)
@@ -98,12 +99,12 @@ class Smt:
         return result
 
     @staticmethod
-    def _input_at(enc, i: int, var: Optional[int] = None) -> list[int]:
-        """The input of the case with token `var` (default: the answer's) at its i-th domain value."""
+    def _input_at(enc, i: int, var: Optional[int]) -> list[int]:
+        """The input of the case with token `var` at its i-th domain value (the others at their first)."""
         doms = enc.case.domains
-        var = enc.case.answer_position if var is None else var
         tokens = [int(d[0]) for d in doms]
-        tokens[var] = int(doms[var][i])
+        if var is not None:
+            tokens[var] = int(doms[var][i])
         return tokens
 
     @classmethod
@@ -111,7 +112,7 @@ class Smt:
         """Failing inputs of a formula that depends on at most one token, in domain order."""
         fail = enc.fail
         if fail.is_const:
-            return [cls._input_at(enc, 0)] if fail.value() else []
+            return [cls._input_at(enc, 0, None)] if fail.value() else []
         return [cls._input_at(enc, int(i), fail.var) for i in np.flatnonzero(fail.table)[:want]]
 
     @staticmethod

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .base import Batch, Case, Task
+from .base import Batch, Case, Task, TaskOption
+from .boolean import Disjointness, Equality, SparseThreshold
 from .index_lookup import IndexLookup
+from .nearest_neighbour import Mqar, NearestNeighbour
 
-TASKS = {"index_lookup": IndexLookup}
+TASKS = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,
+         "sparse_threshold": SparseThreshold, "nearest_neighbour": NearestNeighbour, "mqar": Mqar}
 ALIASES = {"idxl": "index_lookup"}
 
 
@@ -18,8 +21,22 @@ def canonical(name: str) -> str:
     return name
 
 
-def make_task(name: str, **params) -> Task:
-    return TASKS[canonical(name)](**params)
+def task_options(name: str) -> tuple[TaskOption, ...]:
+    return TASKS[canonical(name)].OPTIONS
 
 
-__all__ = ["Batch", "Case", "Task", "IndexLookup", "TASKS", "make_task", "canonical"]
+def make_task(name: str, N: int, **params) -> Task:
+    """The task at size N; `params` are its options (None: the default)."""
+    name = canonical(name)
+    known = {o.name for o in task_options(name)}
+    given = {k: v for k, v in params.items() if v is not None}
+    wrong = sorted(set(given) - known)
+    if wrong:
+        raise InputError(f"{name} has no option {', '.join('--' + w.replace('_', '-') for w in wrong)}"
+                         + (f" (its options: {', '.join('--' + k.replace('_', '-') for k in sorted(known))})"
+                            if known else ""))
+    return TASKS[name](N=N, **given)
+
+
+__all__ = ["Batch", "Case", "Task", "TaskOption", "IndexLookup", "Equality", "SparseThreshold", "Disjointness",
+           "NearestNeighbour", "Mqar", "TASKS", "make_task", "canonical", "task_options"]

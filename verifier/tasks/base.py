@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 import numpy as np
 
@@ -12,22 +12,34 @@ import numpy as np
 class Case:
     """A case split for symbolic engines: inputs of one length with per-position token domains.
 
-    ``domains[j]`` lists the token ids position j may hold (one id: the position is fixed; every
-    case fixes the last token, the query).  The answer is ``answer_table[i]`` when the token at
-    ``answer_position`` is ``domains[answer_position][i]``.  The case's inputs are enumeration
-    indices ``offset .. offset + count - 1``.
+    ``domains[j]`` lists the token ids position j may hold (one id: the position is fixed).
+    ``truth(S)`` builds the expected answer (a class index, or the bit pattern of a threshold
+    readout) from the token variables of a `symbolic.SymFX` S; ``valid(S)``, when given, is the
+    condition an element of the product of the domains must meet to be an input of the task (a
+    margin, distinct keys); the engines only look for failures among valid inputs.  The case's
+    inputs are enumeration indices ``offset .. offset + count - 1`` (invalid ones included).
     """
 
     name: str
     domains: list[np.ndarray]
-    answer_position: int
-    answer_table: np.ndarray
+    truth: Callable[[Any], Any]
     offset: int
     count: int
+    valid: Optional[Callable[[Any], Any]] = None
 
     @property
     def length(self) -> int:
         return len(self.domains)
+
+
+@dataclass(frozen=True)
+class TaskOption:
+    """A size parameter of a task besides N (the CLI shows it as --name)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..errors import InputError
-from .base import Batch, Case
+from .base import Batch, Case, TaskOption
 
 _INT64_LIMIT = 1 << 62
 
@@ -35,6 +35,7 @@ class IndexLookup:
 
     name = "index_lookup"
     readout = "argmax"
+    OPTIONS = (TaskOption("sigma", int, 2, "Alphabet size."),)
 
     def __post_init__(self) -> None:
         if not isinstance(self.N, int) or self.N < 1:
@@ -83,7 +84,8 @@ class IndexLookup:
         symbols = np.arange(self.sigma)
         for n in range(1, self.N + 1):
             for p in range(1, n + 1):
-                yield Case(f"n={n}, p={p}", [symbols] * n + [np.array([self.sigma + p - 1])], p - 1, symbols,
+                yield Case(f"n={n}, p={p}", [symbols] * n + [np.array([self.sigma + p - 1])],
+                           lambda S, j=p - 1: S.token(j),  # the symbol ids are the class ids
                            self._offsets[n - 1] + (p - 1) * self.sigma ** n, self.sigma ** n)
 
     def index_of(self, tokens) -> int:

@@ -1,0 +1,118 @@
+"""The errata report: each printed construction of seed 004 against its corrected version.
+
+For every claim, at the given sizes: the printed (``paper``) variant's verdict, with its first
+counterexample written as a dump file; the ``corrected`` variant's verdict; and for each variant
+the smallest p of a range at which it is proved (at that p and every larger p of the range, as in
+`sweep`).  A printed variant that cannot be built is reported as such, with the reason.  Every
+verdict comes from an engine run; nothing in the table is written by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from .api import prove
+from .dump import write_dumps
+from .errors import UnbuildableError
+
+
+@dataclass(frozen=True)
+class Claim:
+    claim: str  # what the paper states, and where
+    task: str
+    N: int
+    options: dict = field(default_factory=dict)  # task options
+    paper_variant: str = "paper"
+
+
+CLAIMS = [
+    Claim("Thm 6 / F.2: equality, N not a power of 2", "equality", 6),
+    Claim("Thm 6 / F.2: equality, N not a power of 2", "equality", 12),
+    Claim("Thm 6 / F.2: equality, N a power of 2", "equality", 16),
+    Claim("Thm 13 / F.3: disjointness", "disjointness", 12),
+    Claim("Thm 13 / F.3: sparse threshold, one shared g", "sparse_threshold", 10, {"shared_g": True}),
+    Claim("Thm 13 / F.3: sparse threshold, g by position", "sparse_threshold", 10),
+    Claim("Thm 7 / G.2: nearest neighbour, d' = 2", "nearest_neighbour", 4),
+    Claim("Thm 7 / G.2: nearest neighbour, K(z_2i) = [0, -2.3, T(2i)]", "nearest_neighbour", 4, {},
+          "literal"),
+    Claim("Thm 7 / G.2: MQAR, 3 symbols", "mqar", 6),
+]
+
+
+@dataclass
+class Side:
+    verdict: str  # proved | refuted | unknown | cannot be built
+    detail: str = ""  # the counterexample, or why it cannot be built
+    dump: Optional[str] = None
+    p_star: Optional[int] = None
+
+
+@dataclass
+class Row:
+    claim: Claim
+    p: int
+    paper: Side
+    corrected: Side
+
+
+def _side(claim: Claim, variant: str, p: int, ps: list[int], dump_dir: Optional[Path], engine: str,
+          timeout: Optional[float]) -> Side:
+    run = dict(N=claim.N, engine=engine, timeout=timeout, variant=variant, **claim.options)
+    try:
+        result = prove(claim.task, p=p, **run)
+    except UnbuildableError as exc:
+        return Side("cannot be built", str(exc).split(": ", 1)[-1])
+    side = Side(result.verdict)
+    if result.counterexamples:
+        c = result.counterexamples[0]
+        side.detail = f"{c.input} -> expected {c.expected}, got {c.produced}"
+        if dump_dir is not None:
+            side.dump = str(write_dumps(result, dump_dir)[0])
+    verdicts = {q: (result.verdict if q == p else prove(claim.task, p=q, **run).verdict) for q in ps}
+    side.p_star = next((q for q in ps if all(verdicts[r] == "proved" for r in ps if r >= q)), None)
+    return side
+
+
+def run_errata(p: int = 12, ps: Optional[list[int]] = None, dump_dir: Optional[str] = None,
+               engine: str = "auto", timeout: Optional[float] = None, claims: Optional[list[Claim]] = None,
+               progress: Optional[Callable[[str], None]] = None) -> list[Row]:
+    ps = list(range(4, 17)) if ps is None else ps
+    directory = Path(dump_dir) if dump_dir else None
+    rows = []
+    for claim in claims or CLAIMS:
+        rows.append(Row(claim, p, _side(claim, claim.paper_variant, p, ps, directory, engine, timeout),
+                        _side(claim, "corrected", p, ps, directory, engine, timeout)))
+        if progress:
+            progress(f"{claim.claim} N={claim.N}: paper {rows[-1].paper.verdict}, corrected {rows[-1].corrected.verdict}")
+    return rows
+
+
+def to_markdown(rows: list[Row]) -> str:
+    ps = "p* (paper / corrected)"
+    lines = [f"| claim | task | N | printed variant | counterexample file | corrected | {ps} |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r.claim
+        opts = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in c.options.items())
+        if r.paper.verdict == "cannot be built":
+            paper = f"cannot be built ({c.paper_variant}): {r.paper.detail.split('. ')[0]}"
+        else:
+            paper = f"{r.paper.verdict} at p={r.p}" + (f": `{r.paper.detail}`" if r.paper.detail else "")
+        star = f"{_p(r.paper.p_star, r.paper.verdict)} / {_p(r.corrected.p_star, r.corrected.verdict)}"
+        lines.append(f"| {c.claim} | {c.task}{opts} | {c.N} | {paper} | {r.paper.dump or '-'} | "
+                     f"{r.corrected.verdict} at p={r.p} | {star} |")
+    return "\n".join(lines)
+
+
+def _p(p_star: Optional[int], verdict: str) -> str:
+    if verdict == "cannot be built":
+        return "n/a"
+    return str(p_star) if p_star is not None else "none in range"
+
+
+def to_json(rows: list[Row]) -> list[dict]:
+    return [{"claim": r.claim.claim, "task": r.claim.task, "N": r.claim.N, "options": r.claim.options, "p": r.p,
+             "paper": vars(r.paper) | {"variant": r.claim.paper_variant}, "corrected": vars(r.corrected)}
+            for r in rows]

@@ -1,0 +1,126 @@
+"""Tasks whose input space is a list of cases, each a product of per-position token domains.
+
+The enumeration goes case by case; within a case, the free positions (domains of more than one
+token) form a mixed-radix number, the first position the most significant digit.  A task may
+filter its space (seed 004's margin assumption for nearest neighbour, distinct keys for MQAR):
+filtered-out elements keep their index, are never evaluated, and are counted as dropped.
+Subclasses set ``self.space`` (a list of (name, domains)) and implement `evaluate`,
+`case_truth` and, when they filter, `case_valid`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from ..errors import InputError
+from .base import Batch, Case
+
+_INT64_LIMIT = 1 << 62
+
+
+class ProductTask:
+    name: str
+    vocab: list[str]
+    space: list[tuple[str, list[np.ndarray]]]
+
+    # -- what a subclass provides -------------------------------------------------------------
+    def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(answers, valid) for a batch (B, L) of elements of one case's product."""
+        raise NotImplementedError
+
+    def case_truth(self, c: int) -> Callable:
+        raise NotImplementedError
+
+    def case_valid(self, c: int) -> Optional[Callable]:
+        return None
+
+    # -- the enumeration ----------------------------------------------------------------------
+    def _layout(self) -> None:
+        self._free, self._sizes, self._offsets = [], [], [0]
+        for name, doms in self.space:
+            free = [j for j, d in enumerate(doms) if len(d) > 1]
+            size = 1
+            for j in free:
+                size *= len(doms[j])
+            self._free.append(free)
+            self._sizes.append(size)
+            self._offsets.append(self._offsets[-1] + size)
+        self.max_len = max(len(doms) for _, doms in self.space)
+
+    @property
+    def total(self) -> int:
+        return self._offsets[-1]
+
+    def _tokens(self, c: int, r: np.ndarray) -> np.ndarray:
+        """Elements r (indices within case c) of case c's product, as tokens (B, L)."""
+        doms = self.space[c][1]
+        tokens = np.empty((len(r), len(doms)), dtype=np.int64)
+        for j, d in enumerate(doms):
+            tokens[:, j] = d[0]
+        rest = r.copy()
+        for j in reversed(self._free[c]):  # the last free position is the least significant digit
+            n = len(doms[j])
+            tokens[:, j] = doms[j][rest % n]
+            rest //= n
+        return tokens
+
+    def batches(self, start: int, stop: int, batch_size: int | Callable[[int], int]) -> Iterator[Batch]:
+        size_of = batch_size if callable(batch_size) else (lambda L: batch_size)
+        for c, (name, doms) in enumerate(self.space):
+            lo, hi = max(start, self._offsets[c]), min(stop, self._offsets[c + 1])
+            if lo < hi and self._sizes[c] >= _INT64_LIMIT:
+                raise InputError(f"{self.name}: case {name} has too many inputs to enumerate")
+            size = size_of(len(doms))
+            for a in range(lo, hi, size):
+                r = np.arange(a, min(a + size, hi), dtype=np.int64) - self._offsets[c]
+                tokens = self._tokens(c, r)
+                answers, valid = self.evaluate(tokens)
+                yield Batch(tokens[valid], answers[valid], (r + self._offsets[c])[valid])
+
+    def cases(self) -> Iterator[Case]:
+        for c, (name, doms) in enumerate(self.space):
+            yield Case(name, doms, self.case_truth(c), self._offsets[c], self._sizes[c], self.case_valid(c))
+
+    def _locate(self, tokens) -> tuple[int, int]:
+        """(case, index within the case) of an element of the space; InputError if it is none."""
+        tokens = [int(t) for t in tokens]
+        for c, (_, doms) in enumerate(self.space):
+            if len(doms) != len(tokens) or any(t not in d for t, d in zip(tokens, doms)):
+                continue
+            r = 0
+            for j in self._free[c]:
+                r = r * len(doms[j]) + int(np.flatnonzero(doms[j] == tokens[j])[0])
+            return c, r
+        raise InputError(f"not a {self.name} input: {self.render(tokens)}")
+
+    def index_of(self, tokens) -> int:
+        self.answer(tokens)  # validates
+        c, r = self._locate(tokens)
+        return self._offsets[c] + r
+
+    def decode(self, index: int) -> np.ndarray:
+        if not 0 <= index < self.total:
+            raise InputError(f"input index {index} is not in 0..{self.total - 1}")
+        c = max(i for i, off in enumerate(self._offsets[:-1]) if off <= index)
+        doms = self.space[c][1]
+        tokens = np.array([int(d[0]) for d in doms], dtype=np.int64)
+        rest = index - self._offsets[c]  # a Python int: spaces beyond int64 are decided by SMT
+        for j in reversed(self._free[c]):
+            rest, digit = divmod(rest, len(doms[j]))
+            tokens[j] = doms[j][digit]
+        return tokens
+
+    def answer(self, tokens) -> int:
+        """The ground truth, from the tokens; InputError if they are not an input of the task."""
+        self._locate(tokens)
+        answers, valid = self.evaluate(np.asarray([tokens], dtype=np.int64))
+        if not valid[0]:
+            raise InputError(f"not a {self.name} input ({self.invalid_reason}): {self.render(tokens)}")
+        return int(answers[0])
+
+    invalid_reason = "filtered out"
+
+    def render(self, tokens) -> str:
+        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
