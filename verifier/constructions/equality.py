@@ -64,6 +64,16 @@ def paper_eta(N: int, f: int | None) -> float:
     return math.log(N) + kc(N, f) * math.log(2 * N)
 
 
+def scale(eta: float | None, paper: bool, N: int, f: int | None, corrected: float, corrected_rule: str,
+          printed: str = "ln N + Kc ln 2N") -> tuple[float, str]:
+    """The attention scale and its rule: the user's, F.2's printed one, or the corrected one."""
+    if eta is not None:
+        return float(eta), "user"
+    if paper:
+        return paper_eta(N, f), f"{printed}, Kc = f/log2 N = {kc(N, f):.4g}"
+    return corrected, corrected_rule
+
+
 def retrieval_eta(N: int) -> float:
     """Target weight >= 3/4 under Cor 8.1 scores (+1/4 vs -1/4): eta >= 2 ln(3(N - 1))."""
     return 2 * math.log(3 * max(N - 1, 1))
@@ -80,12 +90,7 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     c0, c1, B3, B4, cst, g, m = 0, 1, slice(2, 2 + k), slice(2 + k, 2 + 2 * k), 2 + 2 * k, 3 + 2 * k, 4 + 2 * k
     ref = 5 + 2 * k
     d = ref + (0 if paper else 1)
-    if eta is not None:
-        eta_value, rule = float(eta), "user"
-    elif paper:
-        eta_value, rule = paper_eta(N, f), f"ln N + Kc ln 2N, Kc = f/log2 N = {kc(N, f):.4g}"
-    else:
-        eta_value, rule = retrieval_eta(N), "2 ln(3(N-1))"
+    eta_value, rule = scale(eta, paper, N, f, retrieval_eta(N), "2 ln(3(N-1))")
 
     E = np.zeros((2, d))
     E[0, c0], E[1, c0] = -1.0, 1.0

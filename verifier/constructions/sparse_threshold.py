@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import UnbuildableError
 from ..model import Head, Layer, Model, Readout
-from .equality import kc, paper_eta
+from .equality import scale
 from .sign_vectors import corollary_81, sign_vectors
 
 THEOREM = "seed 004, Theorem 13, Appendix F.3"
@@ -90,12 +90,8 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     t = slice(cst + 1 + s, cst + 1 + s + n_t)
     g, m, ref = cst + 1 + s + n_t, cst + 2 + s + n_t, cst + 3 + s + n_t
     d = ref + (0 if paper else 1)
-    if eta is not None:
-        eta_value, rule = float(eta), "user"
-    elif paper:
-        eta_value, rule = paper_eta(N, f), f"F.2's ln N + Kc ln 2N, Kc = f/log2 N = {kc(N, f):.4g}"
-    else:
-        eta_value, rule = corrected_eta(N, s), "(4/3) ln(8 s N (N+1))"
+    eta_value, rule = scale(eta, paper, N, f, corrected_eta(N, s), "(4/3) ln(8 s N (N+1))",
+                            "F.2's ln N + Kc ln 2N")
 
     E = np.zeros((3, d))  # tokens 0, 1, BOS
     E[0, c0], E[1, c0], E[2, c0] = -1.0, 1.0, 0.0 if paper else 1.0
