@@ -68,26 +68,18 @@ def construction_options(fn):
     return fn
 
 
-def _task_option_decorators(options) -> list:
-    out = []
-    for o in options:
-        flag = "--" + o.name.replace("_", "-")
-        if o.type is bool:
-            out.append(click.option(flag, o.name, is_flag=True, default=None, help=o.help))
-        else:
-            out.append(click.option(flag, o.name, type=o.type, default=None, help=o.help
-                                    + (f" [default: {o.default}]" if o.default is not None else "")))
-    return out
-
-
 ALL_TASK_OPTIONS = list({o.name: o for t in TASKS.values() for o in t.OPTIONS}.values())
 
 
 def task_option_flags(options):
     """Click options for a task's own parameters (sigma, s, dim, ...); None when not given."""
     def wrap(fn):
-        for opt in reversed(_task_option_decorators(options)):
-            fn = opt(fn)
+        for o in reversed(options):
+            if o.type is bool:
+                fn = click.option(o.flag, o.name, is_flag=True, default=None, help=o.help)(fn)
+            else:
+                fn = click.option(o.flag, o.name, type=o.type, default=None, help=o.help
+                                  + (f" [default: {o.default}]" if o.default is not None else ""))(fn)
         return fn
     return wrap
 
@@ -299,7 +291,7 @@ def list_cmd():
     for name, task in TASKS.items():
         aliases = [a for a, t in ALIASES.items() if t == name]
         c = CONSTRUCTIONS[name]
-        opts = " ".join(f"--{o.name.replace('_', '-')}" for o in task.OPTIONS)
+        opts = " ".join(o.flag for o in task.OPTIONS)
         click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {c.name}, "
                    f"{c.theorem}" + (f"; options {opts}" if opts else ""))
         for v, what in c.variants.items():

@@ -16,6 +16,8 @@ from typing import Callable, Optional
 from .api import prove
 from .dump import write_dumps
 from .errors import UnbuildableError
+from .sweep import p_star
+from .tasks import flag
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def _side(claim: Claim, variant: str, p: int, ps: list[int], dump_dir: Optional[
         if dump_dir is not None:
             side.dump = str(write_dumps(result, dump_dir)[0])
     verdicts = {q: (result.verdict if q == p else prove(claim.task, p=q, **run).verdict) for q in ps}
-    side.p_star = next((q for q in ps if all(verdicts[r] == "proved" for r in ps if r >= q)), None)
+    side.p_star = p_star(verdicts)
     return side
 
 
@@ -95,7 +97,7 @@ def to_markdown(rows: list[Row]) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r.claim
-        opts = "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in c.options.items())
+        opts = "".join(f" {flag(k)}" + ("" if v is True else f" {v}") for k, v in c.options.items())
         if r.paper.verdict == "cannot be built":
             paper = f"cannot be built ({c.paper_variant}): {r.paper.detail.split('. ')[0]}"
         else:

@@ -68,6 +68,11 @@ class Frontier:
         return "\n".join(lines)
 
 
+def p_star(verdicts: dict[int, str]) -> Optional[int]:
+    """The smallest p proved at itself and at every larger p of the range."""
+    return next((p for p in sorted(verdicts) if all(v == "proved" for q, v in verdicts.items() if q >= p)), None)
+
+
 def parse_range(text: str, name: str) -> list[int]:
     """'2..16' or '5' or '2,4,8' -> a list of integers."""
     try:
@@ -103,10 +108,7 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
             construction = result.construction
             if progress:
                 progress(f"N={N} p={p}: {result.verdict} ({result.seconds:.2f} s)")
-        for p in ps:
-            if all(row.verdicts[q] == "proved" for q in ps if q >= p):
-                row.p_star = p
-                break
+        row.p_star = p_star(row.verdicts)
         if row.p_star is not None and row.p_star - 1 in cex:
             row.ruled_out_by, row.ruled_out_reason = cex[row.p_star - 1]
         rows.append(row)

@@ -297,12 +297,6 @@ class SymFX:
         return self.lift1(a, lambda t: t.astype(np.int64),
                           lambda e: z3.If(e, self.num(1), self.num(0)))
 
-    def where(self, cond: Sym, a: Sym, b: Sym) -> Sym:
-        """a where cond holds, else b."""
-        if cond.is_const:
-            return a if cond.value() else b
-        return Sym(expr=z3.If(self.z(cond), self.z(a), self.z(b)))
-
     def any(self, conds: list[Sym]) -> Sym:
         acc = self.const(False)
         for c in conds:

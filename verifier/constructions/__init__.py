@@ -42,19 +42,20 @@ def _index_lookup(task, variant, k, eta, seed, f):
     return index_lookup.build(task.N, sigma=task.sigma, k=k, eta=eta, seed=seed)
 
 
+_SPARSE_THRESHOLD = Construction("sparse_threshold", sparse_threshold.THEOREM, sparse_threshold.build,
+                                 sparse_threshold.VARIANTS)
+_NEAREST_NEIGHBOUR = Construction("nearest_neighbour", nearest_neighbour.THEOREM, nearest_neighbour.build,
+                                  nearest_neighbour.VARIANTS, {"literal": nearest_neighbour.UNBUILDABLE})
+
 CONSTRUCTIONS = {
     "index_lookup": Construction("index_lookup", index_lookup.THEOREM, _index_lookup,
                                  {"corrected": "C.2 with W_Q as horizontal blocks (constructions.md Part C #11)"},
                                  {"paper": index_lookup.UNBUILDABLE}),
     "equality": Construction("equality", equality.THEOREM, equality.build, equality.VARIANTS),
-    "disjointness": Construction("sparse_threshold", sparse_threshold.THEOREM, sparse_threshold.build,
-                                 sparse_threshold.VARIANTS),
-    "sparse_threshold": Construction("sparse_threshold", sparse_threshold.THEOREM, sparse_threshold.build,
-                                     sparse_threshold.VARIANTS),
-    "nearest_neighbour": Construction("nearest_neighbour", nearest_neighbour.THEOREM, nearest_neighbour.build,
-                                      nearest_neighbour.VARIANTS, {"literal": nearest_neighbour.UNBUILDABLE}),
-    "mqar": Construction("nearest_neighbour", nearest_neighbour.THEOREM, nearest_neighbour.build,
-                         nearest_neighbour.VARIANTS, {"literal": nearest_neighbour.UNBUILDABLE}),
+    "disjointness": _SPARSE_THRESHOLD,  # the instance I_i = {i, i+N/2}, g = AND, b = 0
+    "sparse_threshold": _SPARSE_THRESHOLD,
+    "nearest_neighbour": _NEAREST_NEIGHBOUR,
+    "mqar": _NEAREST_NEIGHBOUR,  # keys, then a permutation of them as queries
 }
 
 __all__ = ["CONSTRUCTIONS", "Construction"]

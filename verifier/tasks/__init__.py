@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .base import Batch, Case, Task, TaskOption
+from .base import Batch, Case, Task, TaskOption, flag
 from .boolean import Disjointness, Equality, SparseThreshold
 from .index_lookup import IndexLookup
 from .nearest_neighbour import Mqar, NearestNeighbour
@@ -32,11 +32,10 @@ def make_task(name: str, N: int, **params) -> Task:
     given = {k: v for k, v in params.items() if v is not None}
     wrong = sorted(set(given) - known)
     if wrong:
-        raise InputError(f"{name} has no option {', '.join('--' + w.replace('_', '-') for w in wrong)}"
-                         + (f" (its options: {', '.join('--' + k.replace('_', '-') for k in sorted(known))})"
-                            if known else ""))
+        raise InputError(f"{name} has no option {', '.join(map(flag, wrong))}"
+                         + (f" (its options: {', '.join(map(flag, sorted(known)))})" if known else ""))
     return TASKS[name](N=N, **given)
 
 
 __all__ = ["Batch", "Case", "Task", "TaskOption", "IndexLookup", "Equality", "SparseThreshold", "Disjointness",
-           "NearestNeighbour", "Mqar", "TASKS", "make_task", "canonical", "task_options"]
+           "NearestNeighbour", "Mqar", "TASKS", "make_task", "canonical", "task_options", "flag"]

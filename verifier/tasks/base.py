@@ -32,14 +32,23 @@ class Case:
         return len(self.domains)
 
 
+def flag(name: str) -> str:
+    """The command-line spelling of an option name: shared_g -> --shared-g."""
+    return "--" + name.replace("_", "-")
+
+
 @dataclass(frozen=True)
 class TaskOption:
-    """A size parameter of a task besides N (the CLI shows it as --name)."""
+    """A size parameter of a task besides N (the CLI shows it as `flag`)."""
 
     name: str
     type: type
     default: Any
     help: str
+
+    @property
+    def flag(self) -> str:
+        return flag(self.name)
 
 
 @dataclass

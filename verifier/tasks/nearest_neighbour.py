@@ -138,7 +138,6 @@ class NearestNeighbour(_Retrieval):
         if not 0 < gamma <= 2:
             raise InputError(f"gamma must be in (0, 2], got {gamma}")
         self._setup(sign_codes(self.dim), gamma)
-        self.gamma = gamma
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "dim": self.dim, "gamma": round(self.gamma, 6), **self._counts(),

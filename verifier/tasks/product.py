@@ -24,6 +24,7 @@ class ProductTask:
     name: str
     vocab: list[str]
     space: list[tuple[str, list[np.ndarray]]]
+    invalid_reason = "filtered out"  # what a filtered-out element violates
 
     # -- what a subclass provides -------------------------------------------------------------
     def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +55,8 @@ class ProductTask:
         return self._offsets[-1]
 
     def _tokens(self, c: int, r: np.ndarray) -> np.ndarray:
-        """Elements r (indices within case c) of case c's product, as tokens (B, L)."""
+        """Elements r (indices within case c) of case c's product, as tokens (B, L).  r may be an
+        object array of Python ints: spaces beyond int64 are indexed too (and decided by SMT)."""
         doms = self.space[c][1]
         tokens = np.empty((len(r), len(doms)), dtype=np.int64)
         for j, d in enumerate(doms):
@@ -62,7 +64,7 @@ class ProductTask:
         rest = r.copy()
         for j in reversed(self._free[c]):  # the last free position is the least significant digit
             n = len(doms[j])
-            tokens[:, j] = doms[j][rest % n]
+            tokens[:, j] = doms[j][(rest % n).astype(np.int64, copy=False)]
             rest //= n
         return tokens
 
@@ -96,31 +98,26 @@ class ProductTask:
         raise InputError(f"not a {self.name} input: {self.render(tokens)}")
 
     def index_of(self, tokens) -> int:
-        self.answer(tokens)  # validates
-        c, r = self._locate(tokens)
+        c, r, _ = self._classify(tokens)
         return self._offsets[c] + r
 
     def decode(self, index: int) -> np.ndarray:
         if not 0 <= index < self.total:
             raise InputError(f"input index {index} is not in 0..{self.total - 1}")
         c = max(i for i, off in enumerate(self._offsets[:-1]) if off <= index)
-        doms = self.space[c][1]
-        tokens = np.array([int(d[0]) for d in doms], dtype=np.int64)
-        rest = index - self._offsets[c]  # a Python int: spaces beyond int64 are decided by SMT
-        for j in reversed(self._free[c]):
-            rest, digit = divmod(rest, len(doms[j]))
-            tokens[j] = doms[j][digit]
-        return tokens
+        return self._tokens(c, np.array([index - self._offsets[c]], dtype=object))[0]
 
     def answer(self, tokens) -> int:
         """The ground truth, from the tokens; InputError if they are not an input of the task."""
-        self._locate(tokens)
+        return self._classify(tokens)[2]
+
+    def _classify(self, tokens) -> tuple[int, int, int]:
+        """(case, index within the case, answer) of an input; InputError if it is none."""
+        c, r = self._locate(tokens)
         answers, valid = self.evaluate(np.asarray([tokens], dtype=np.int64))
         if not valid[0]:
             raise InputError(f"not a {self.name} input ({self.invalid_reason}): {self.render(tokens)}")
-        return int(answers[0])
-
-    invalid_reason = "filtered out"
+        return c, r, int(answers[0])
 
     def render(self, tokens) -> str:
         return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
