@@ -6,24 +6,55 @@ Exit codes: 0 proved, 1 refuted (counterexample), 2 usage or input error (or an 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import sys
 import time
 
 import click
 
 import verifier
+from verifier import interrupts
 from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
+from verifier.budget import Deadline
 from verifier.constructions import CONSTRUCTIONS
-from verifier.dump import format_trace, trace_json, write_dumps
+from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
 from verifier.engines import ENGINES
 from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
-from verifier.specs import check as check_specs, load_specs
-from verifier.sweep import check_new, frontier, parse_range, write_new
+from verifier.model import META_SCHEMA
+from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
+from verifier.sweep import frontier, new_output, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
+from verifier.tasks.boolean import INSTANCE_SCHEMA
 
 ENGINE_NAMES = ["auto", *ENGINES]
+SCHEMAS = {"model-meta": META_SCHEMA, "instance": INSTANCE_SCHEMA, "spec": spec_schema}
+
+
+class FiniteFloat(click.ParamType):
+    """A finite real number (click's FLOAT takes nan and inf); `positive` also refuses <= 0."""
+
+    name = "number"
+
+    def __init__(self, positive: bool = False):
+        self.positive = positive
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.positive and x <= 0:
+            self.fail(f"{value!r} is not positive", param, ctx)
+        return x
+
+
+NUMBER = FiniteFloat()
+SECONDS = FiniteFloat(positive=True)
 
 
 def arithmetic_options(fn):
@@ -41,7 +72,8 @@ def arithmetic_options(fn):
 def run_options(fn):
     for opt in reversed([
         click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True),
-        click.option("--timeout", type=float, default=None, help="Seconds; past it the verdict is unknown."),
+        click.option("--timeout", type=SECONDS, default=None,
+                     help="Seconds for the whole run (building included); past it the verdict is unknown."),
         click.option("--max-counterexamples", type=int, default=1, show_default=True,
                      help="Stop after this many counterexamples."),
         click.option("--start", type=int, default=0, help="First input of the range (enumeration order)."),
@@ -57,15 +89,22 @@ def run_options(fn):
     return fn
 
 
-def construction_options(fn):
-    for opt in reversed([
-        click.option("--variant", default=None, help="paper (as printed) or corrected (the default); see verify list."),
-        click.option("--k", "k", type=int, default=None, help="Width of the sign vectors T (default: rule)."),
-        click.option("--eta", type=float, default=None, help="Attention scale (default: the paper's rule)."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed for random sign vectors."),
-    ]):
-        fn = opt(fn)
-    return fn
+CONSTRUCTION_OPTIONS = {
+    "variant": click.option("--variant", default=None,
+                            help="paper (as printed) or corrected (the default); see verify list."),
+    "k": click.option("--k", "k", type=int, default=None, help="Width of the sign vectors T (default: rule)."),
+    "eta": click.option("--eta", type=NUMBER, default=None, help="Attention scale (default: the paper's rule)."),
+    "seed": click.option("--seed", type=int, default=0, show_default=True, help="Seed for random sign vectors."),
+}
+
+
+def construction_options(names=tuple(CONSTRUCTION_OPTIONS)):
+    """Click options for a construction's parameters (those it takes: `Construction.options`)."""
+    def wrap(fn):
+        for name in reversed(names):
+            fn = CONSTRUCTION_OPTIONS[name](fn)
+        return fn
+    return wrap
 
 
 ALL_TASK_OPTIONS = list({o.name: o for t in TASKS.values() for o in t.OPTIONS}.values())
@@ -78,7 +117,7 @@ def task_option_flags(options):
             if o.type is bool:
                 fn = click.option(o.flag, o.name, is_flag=True, default=None, help=o.help)(fn)
             else:
-                fn = click.option(o.flag, o.name, type=o.type, default=None, help=o.help
+                fn = click.option(o.flag, o.name, type=NUMBER if o.type is float else o.type, default=None, help=o.help
                                   + (f" [default: {o.default}]" if o.default is not None else ""))(fn)
         return fn
     return wrap
@@ -108,10 +147,12 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, want_trace) -> int:
+def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, as_json, dump, want_trace) -> int:
+    if dump:
+        prepare_dump_dir(dump)
     progress = Progress()
     try:
-        result = verifier.run(problem, engine, max_counterexamples=max_counterexamples, timeout=timeout,
+        result = verifier.run(problem, engine, max_counterexamples=max_counterexamples, deadline=deadline,
                               start=start, stop=stop, workers=workers, progress=progress)
     finally:
         progress.close()
@@ -145,20 +186,24 @@ def cli() -> None:
 
 
 def _task_command(task_name: str, name: str) -> None:
-    theorem = CONSTRUCTIONS[task_name].theorem
+    construction = CONSTRUCTIONS[task_name]
+    size_flags = getattr(TASKS[task_name], "SIZE_FLAGS", ())
 
-    @cli.command(name, help=f"Prove the built-in {task_name} construction ({theorem}) on every input "
+    @cli.command(name, help=f"Prove the built-in {task_name} construction ({construction.theorem}) on every input "
                             f"up to size N.")
-    @click.option("--N", "N", type=int, required=True, help="Size of the task (largest input length).")
+    @click.option("--N", *size_flags, "N", type=int, required=True,
+                  help="Size of the task (largest input length" + (f"; also {', '.join(size_flags)}" if size_flags
+                                                                   else "") + ").")
     @task_option_flags(task_options(task_name))
     @arithmetic_options
-    @construction_options
+    @construction_options(construction.options)
     @run_options
-    def command(N, p, f, rounding, overflow, accumulate, variant, k, eta, seed, engine, timeout,
-                max_counterexamples, start, stop, workers, as_json, dump, trace, **options):
+    def command(N, p, f, rounding, overflow, accumulate, engine, timeout, max_counterexamples, start, stop, workers,
+                as_json, dump, trace, **options):
+        deadline = Deadline(timeout)
         problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
-                                         accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options)
-        return decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, trace)
+                                         accumulate=accumulate, **options)
+        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, as_json, dump, trace)
 
 
 for _name in [*TASKS, *ALIASES]:
@@ -175,17 +220,18 @@ for _name in [*TASKS, *ALIASES]:
 def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engine, timeout,
             max_counterexamples, start, stop, workers, as_json, dump, trace, **options):
     """Verify a model from a file (docs/model-format.md) on a task."""
+    deadline = Deadline(timeout)
     model = verifier.load_model(model_path)
     problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
                                      accumulate=accumulate, model=model, **options)
-    return decide(problem, engine, timeout, max_counterexamples, start, stop, workers, as_json, dump, trace)
+    return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, as_json, dump, trace)
 
 
 @cli.command("export")
 @click.argument("task_name")
 @click.option("--N", "N", type=int, required=True, help="Size of the task (largest input length).")
 @task_option_flags(ALL_TASK_OPTIONS)
-@construction_options
+@construction_options()
 @click.option("--f", "f", type=int, default=None, help="Fractional bits (the paper variants' eta depends on them).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The .npz file to write.")
 def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
@@ -207,39 +253,42 @@ def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @task_option_flags(ALL_TASK_OPTIONS)
-@construction_options
+@construction_options()
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
-@click.option("--timeout", type=float, default=None, help="Seconds per (N, p).")
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds per (N, p).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="Write the table here (.csv or .json; never overwrites).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
               help="Table format on stdout (default markdown; the output file's suffix decides for -o).")
 def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, variant, k, eta, seed, engine,
               timeout, output, fmt, **options):
-    """The precision frontier: smallest p that proves the construction, for each N."""
+    """The precision frontier: smallest p that proves the construction, for each N.
+
+    Exit 0 when every run finished; 3 when the sweep was interrupted (the table is marked partial)."""
     Ns, ps = parse_range(N_range, "--N"), parse_range(p_range, "--p")
-    if output:
-        if not output.endswith((".csv", ".json")):
-            raise InputError("-o must end in .csv or .json")
-        check_new(output)
-    fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, rounding=rounding, overflow=overflow,
-                  accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options,
-                  progress=lambda line: click.echo(line, err=True))
-    render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
-    if output:
-        write_new(output, render["json" if output.endswith(".json") else "csv"]())
-        click.echo(f"wrote {output}", err=True)
+    if output and not output.endswith((".csv", ".json")):
+        raise InputError("-o must end in .csv or .json")
+    with new_output(output) if output else contextlib.nullcontext() as fh:
+        fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, rounding=rounding, overflow=overflow,
+                      accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options,
+                      progress=lambda line: click.echo(line, err=True))
+        render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
+        if fh is not None:
+            fh.write(render["json" if output.endswith(".json") else "csv"]())
+            click.echo(f"wrote {output}", err=True)
     click.echo(render[fmt or "markdown"]())
-    return 0
+    return 3 if fr.partial else 0
 
 
 @cli.command("check")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--profile", type=click.Choice(["ci", "full"]), default=None, help="Run only this profile's specs.")
+@click.option("--profile", type=click.Choice(PROFILES), default=None, help="Run only this profile's specs.")
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default=None, help="Override every spec's engine.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def check_cmd(paths, profile, engine, as_json):
-    """Run proof obligations (specs/*.toml); exit 1 if any verdict differs from the expected one."""
+    """Run proof obligations (specs/*.toml); exit 1 if any verdict differs from the expected one.
+
+    Exit 2 when no spec is selected (a check that runs nothing cannot pass), 3 when interrupted."""
     specs = load_specs(list(paths))
     width = max(len(s.name) for s in specs) + 1
     header = f"{'spec':<{width}} {'expect':<8} {'got':<8} {'inputs':>21} {'seconds':>8}  ok"
@@ -253,16 +302,25 @@ def check_cmd(paths, profile, engine, as_json):
         click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} {o.seconds:>8.2f}  "
                    f"{'ok' if o.ok else 'FAIL'}" + (f"  {o.error}" if o.error else ""))
 
-    outcomes = check_specs(specs, profile, engine, progress=show)
+    done = check_specs(specs, profile, engine, progress=show)
+    outcomes = done.outcomes
     failed = [o for o in outcomes if not o.ok]
     if as_json:
-        click.echo(json.dumps([{"spec": str(o.spec.path), "expect": o.spec.expect, "verdict": o.verdict,
-                                "ok": o.ok, "error": o.error, "seconds": round(o.seconds, 3),
-                                "result": o.result.to_json() if o.result else None} for o in outcomes], indent=2))
+        click.echo(json.dumps({
+            "outcomes": [{"spec": str(o.spec.path), "expect": o.spec.expect, "verdict": o.verdict,
+                          "ok": o.ok, "error": o.error, "seconds": round(o.seconds, 3),
+                          "result": o.result.to_json() if o.result else None} for o in outcomes],
+            "skipped": [str(s.path) for s in done.skipped],
+            "interrupted": done.interrupted}, indent=2))
     else:
+        if done.skipped:
+            click.echo(f"skipped (not in profile {profile}): {', '.join(s.name for s in done.skipped)}")
+        if done.interrupted:
+            click.echo(f"interrupted ({interrupts.cause()}) during {done.interrupted}: unknown; "
+                       f"{len(outcomes)} spec{'s' if len(outcomes) != 1 else ''} finished before it")
         click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} specs got the expected verdict"
                    + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else ""))
-    return 1 if failed else 0
+    return 1 if failed else 3 if done.interrupted else 0
 
 
 def _count(n: int) -> str:
@@ -275,10 +333,10 @@ def _count(n: int) -> str:
 @click.option("--dump", type=click.Path(file_okay=False), default="errata-dumps", show_default=True,
               help="Directory for the printed variants' counterexamples (new files only).")
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
-@click.option("--timeout", type=float, default=None, help="Seconds per run; past it the verdict is unknown.")
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds per run; past it the verdict is unknown.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def errata_cmd(p, p_range, dump, engine, timeout, as_json):
-    """Each printed construction of seed 004 against its corrected version, decided by the engines."""
+    """Each printed construction of Bhattamishra et al. 2024 against its corrected version, decided by the engines."""
     rows = run_errata(p, parse_range(p_range, "--p-range"), dump, engine, timeout,
                       progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(errata_json(rows), indent=2) if as_json else errata_markdown(rows))
@@ -301,7 +359,17 @@ def list_cmd():
     return 0
 
 
+@cli.command("schema")
+@click.argument("name", type=click.Choice(sorted(SCHEMAS)))
+def schema_cmd(name):
+    """Print the JSON Schema of a file format users write (model metadata, instance, spec)."""
+    schema = SCHEMAS[name]
+    click.echo(json.dumps(schema() if callable(schema) else schema, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    interrupts.install()
     try:
         code = cli.main(args=argv, prog_name="verify", standalone_mode=False)
     except click.UsageError as exc:
@@ -321,8 +389,14 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"verify: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
         return 2
     except (KeyboardInterrupt, click.exceptions.Abort):
-        click.echo("verify: interrupted before a verdict: unknown", err=True)
+        click.echo(f"verify: interrupted ({interrupts.cause()}) before a verdict: unknown", err=True)
         return 3
+    except MemoryError:
+        click.echo("verify: error: out of memory (a size the estimates let through); use a smaller size", err=True)
+        return 2
+    except Exception as exc:  # a bug: still one line and exit 2, never a traceback or a verdict
+        click.echo(f"verify: internal error (please report): {type(exc).__name__}: {exc}", err=True)
+        return 2
     return code if isinstance(code, int) else 0
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import verifier
+from verifier.budget import Deadline
 from verifier.engines import RunOptions
 from verifier.engines.smt import Smt
 
@@ -61,13 +62,13 @@ def main() -> None:
         print(f"  idxl {kw}: bv {row[0][0]} {row[0][1]:.2f} s, int {row[1][0]} {row[1][1]:.2f} s; "
               f"ratio int / bv = {row[1][1] / row[0][1]:.2f}")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from test_smt import battery_problem  # the differential battery's models
+    from battery import battery_problem  # the differential battery's models
 
     for theory in ("bv", "int"):
         t0 = time.perf_counter()
         verdicts = []
         for i in range(40):
-            res = Smt(theory).run(battery_problem(i), RunOptions(timeout=120))
+            res = Smt(theory).run(battery_problem(i), RunOptions(deadline=Deadline(120)))
             verdicts.append(res.status if res.status != "complete" else ("refuted" if res.found else "proved"))
         print(f"  battery models 0..39, theory {theory}: {time.perf_counter() - t0:.2f} s, "
               f"{verdicts.count('proved')} proved, {verdicts.count('refuted')} refuted, "

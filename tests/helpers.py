@@ -1,23 +1,40 @@
-"""Random small models of every kind, for differential tests."""
+"""Random small models of every kind, for differential tests; edited model files."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 
 from verifier.model import Head, Layer, Model, Readout
 
 
+EXTREMES = (1e300, -1e300, 2.0 ** 40, -(2.0 ** 40), 2.0 ** 29, 1e-300, -1e-300, -0.0, 5e-324)
+
+
 def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, readout: str | None = None,
-                 scale: float = 1.5) -> Model:
-    """1-2 layers, 1-2 heads, softmax or ReLU attention, causal or not, residual or not, FFN or not."""
-    d = int(rng.integers(2, 5))
-    m = int(rng.integers(1, 4))
-    mv = int(rng.integers(1, 4))
+                 scale: float = 1.5, dims: Optional[dict] = None, extreme: float = 0.0,
+                 edges: tuple = ()) -> Model:
+    """1-2 layers, 1-2 heads, softmax or ReLU attention, causal or not, residual or not, FFN or not.
+
+    `dims` fixes any of d, m, mv, h (0 gives degenerate, empty shapes); with `extreme` > 0 that
+    share of the weights (and theta) becomes an extreme constant: huge, tiny, or one of `edges`
+    (a format's exact range ends and half steps)."""
+    dims = dims or {}
+    d = dims.get("d", int(rng.integers(2, 5)))
+    m = dims.get("m", int(rng.integers(1, 4)))
+    mv = dims.get("mv", int(rng.integers(1, 4)))
+    wild = np.array(EXTREMES + tuple(edges))
 
     def w(*shape):
         # mostly grid-friendly values, sometimes zero, sometimes off-grid
         x = rng.normal(0, scale, size=shape)
-        return np.where(rng.random(shape) < 0.2, 0.0, np.round(x * 8) / 8 + (rng.random(shape) < 0.3) * rng.normal(0, 0.05, size=shape))
+        x = np.where(rng.random(shape) < 0.2, 0.0, np.round(x * 8) / 8 + (rng.random(shape) < 0.3) * rng.normal(0, 0.05, size=shape))
+        if extreme:
+            x = np.where(rng.random(shape) < extreme, rng.choice(wild, size=shape), x)
+        return x
 
     layers = []
     for _ in range(int(rng.integers(1, 3))):
@@ -27,14 +44,16 @@ def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, rea
         W_O = w(d, mv if attention == "relu" else H * mv)
         ffn = {}
         if rng.random() < 0.6:
-            h = int(rng.integers(1, 4))
+            h = dims.get("h", int(rng.integers(1, 4)))
             ffn = dict(W1=w(h, d), b1=w(h), W2=w(d, h), b2=w(d))
         layers.append(Layer(heads, W_O, attention, residual=bool(rng.random() < 0.7),
                             causal=bool(rng.random() < 0.3), **ffn))
     kind = readout or ("argmax" if rng.random() < 0.7 else "threshold")
+    theta = float(np.round(rng.normal(0, 0.5) * 4) / 4)
+    if extreme and rng.random() < extreme:
+        theta = float(rng.choice(wild))
     model = Model(E=w(V, d), P=w(max_len, d), P_mask=rng.random(V) < 0.8, layers=layers,
-                  readout=Readout(w(C, d), w(C), kind, float(np.round(rng.normal(0, 0.5) * 4) / 4)),
-                  vocab=[f"t{i}" for i in range(V)])
+                  readout=Readout(w(C, d), w(C), kind, theta), vocab=[f"t{i}" for i in range(V)])
     model.validate()
     return model
 
@@ -89,8 +108,29 @@ class RandomLookupTask:
     def answer(self, tokens):
         return int(self.F[int(tokens[self.key])])
 
+    def evaluate(self, tokens):
+        tokens = np.asarray(tokens)
+        valid = (tokens.shape[1] == self.L) & np.all((tokens >= 0) & (tokens < self.V), axis=1)
+        return np.where(valid, self.F[np.clip(tokens[:, self.key], 0, self.V - 1)], -1), valid
+
     def answer_name(self, answer):
         return str(answer)
 
     def render(self, tokens):
         return " ".join(self.vocab[int(t)] for t in tokens)
+
+
+def edit_model_file(src: Path, dst: Path, meta: Optional[Callable[[dict], None]] = None,
+                    arrays: Optional[Callable[[dict], None]] = None, raw_meta: Optional[str] = None) -> Path:
+    """Copy a model file with its metadata (a dict) and arrays (name -> array) edited in place."""
+    with np.load(src) as z:
+        data = {k: z[k] for k in z.files}
+    doc = json.loads(str(data["meta"]))
+    if meta:
+        meta(doc)
+    if arrays:
+        arrays(data)
+    data["meta"] = np.array(raw_meta if raw_meta is not None else json.dumps(doc))
+    with open(dst, "wb") as fh:
+        np.savez(fh, **data)
+    return dst

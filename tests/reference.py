@@ -66,34 +66,70 @@ class RefFX:
         return [self.R(Fraction(x, Z)) for x in e]
 
 
-def quantize(fx: RefFX, W) -> list:
+def quantize(fx: RefFX, W) -> tuple[list, bool]:
+    """Codes of a weight array (nested lists of ints) and whether any entry saturated."""
+    before, fx.ovf = fx.ovf, False
     if hasattr(W, "ndim") and W.ndim == 2:
-        return [[fx.R(Fraction(float(w))) for w in row] for row in W]
-    return [fx.R(Fraction(float(w))) for w in W]
+        codes = [[fx.R(Fraction(float(w))) for w in row] for row in W]
+    else:
+        codes = [fx.R(Fraction(float(w))) for w in W]
+    saturated, fx.ovf = fx.ovf, before
+    return codes, saturated
 
 
-def ref_forward(model, fx: RefFX, tokens: list[int]) -> tuple[list[int], bool]:
-    """Readout codes at the last position and whether anything saturated (overflow)."""
-    fx.ovf = False
-    E, P = quantize(fx, model.E), quantize(fx, model.P)
+def quantize_model(model, fx: RefFX) -> dict:
+    """Every weight quantized once.  Saturation is kept per row of E and P (an input uses the rows of
+    its tokens and positions) and as one flag for the rest (every input uses every other weight)."""
+    q = {"E": [], "E_sat": [], "P": [], "P_sat": []}
+    for name in ("E", "P"):
+        for row in getattr(model, name):
+            codes, sat = quantize(fx, row)
+            q[name].append(codes)
+            q[name + "_sat"].append(sat)
+    other = False
+
+    def take(W):
+        nonlocal other
+        codes, sat = quantize(fx, W)
+        other |= sat
+        return codes
+
+    q["layers"] = []
+    for layer in model.layers:
+        ql = {"W_O": take(layer.W_O), "heads": [(take(h.W_Q), take(h.W_K), take(h.W_V)) for h in layer.heads]}
+        if layer.has_ffn:
+            ql["ffn"] = (take(layer.W1), take(layer.b1), take(layer.W2), take(layer.b2))
+        q["layers"].append(ql)
+    q["U"] = (take(model.readout.W_U), take(model.readout.b_U))
+    q["other_sat"] = other
+    return q
+
+
+def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> tuple[list[int], bool]:
+    """Readout codes at the last position and whether anything the input uses saturated (overflow).
+    `q`: the model quantized by `quantize_model` (computed here when not given)."""
+    q = q or quantize_model(model, fx)
+    fx.ovf = q["other_sat"]
+    E, P = q["E"], q["P"]
     L = len(tokens)
     X = []
     for i, t in enumerate(tokens):
-        X.append([fx.sat(E[t][j] + (P[i][j] if model.P_mask[t] else 0)) for j in range(model.d)])
+        takes_position = bool(model.P_mask[t])
+        fx.ovf |= q["E_sat"][t] or (takes_position and q["P_sat"][i])
+        X.append([fx.sat(E[t][j] + (P[i][j] if takes_position else 0)) for j in range(model.d)])
     for li, layer in enumerate(model.layers):
         final = li == len(model.layers) - 1
         qpos = [L - 1] if final else list(range(L))
-        W_O = quantize(fx, layer.W_O)
+        ql = q["layers"][li]
         new_X = []
         for i in qpos:
             keys = [j for j in range(L) if not layer.causal or j <= i]
             outs = []
-            for head in layer.heads:
-                WQ, WK, WV = quantize(fx, head.W_Q), quantize(fx, head.W_K), quantize(fx, head.W_V)
-                q = [fx.dot(row, X[i]) for row in WQ]
+            for WQ, WK, WV in ql["heads"]:
+                qv = [fx.dot(row, X[i]) for row in WQ]
                 ks = [[fx.dot(row, X[j]) for row in WK] for j in keys]
                 vs = [[fx.dot(row, X[j]) for row in WV] for j in keys]
-                s = [fx.dot(q, k) for k in ks]
+                s = [fx.dot(qv, k) for k in ks]
                 w = fx.softmax(s) if layer.attention == "softmax" else [max(0, x) for x in s]
                 outs.append([fx.dot(w, [v[c] for v in vs]) for c in range(len(WV))])
             if layer.attention == "softmax":
@@ -101,17 +137,16 @@ def ref_forward(model, fx: RefFX, tokens: list[int]) -> tuple[list[int], bool]:
             else:
                 H = len(outs)
                 heads = [fx.R(Fraction(sum(o[c] for o in outs), H) / 2 ** fx.f) for c in range(len(outs[0]))]
-            A = [fx.dot(row, heads) for row in W_O]
+            A = [fx.dot(row, heads) for row in ql["W_O"]]
             x = [fx.sat(a + b) for a, b in zip(X[i], A)] if layer.residual else A
             if layer.has_ffn:
-                W1, b1, W2, b2 = (quantize(fx, layer.W1), quantize(fx, layer.b1), quantize(fx, layer.W2),
-                                  quantize(fx, layer.b2))
+                W1, b1, W2, b2 = ql["ffn"]
                 h = [max(0, fx.dot(row, x, b)) for row, b in zip(W1, b1)]
                 F = [fx.dot(row, h, b) for row, b in zip(W2, b2)]
                 x = [fx.sat(a + b) for a, b in zip(x, F)] if layer.residual else F
             new_X.append(x)
         X = new_X
-    WU, bU = quantize(fx, model.readout.W_U), quantize(fx, model.readout.b_U)
+    WU, bU = q["U"]
     y = [fx.dot(row, X[-1], b) for row, b in zip(WU, bU)]
     return y, fx.ovf
 

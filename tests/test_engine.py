@@ -52,7 +52,7 @@ def test_engine_matches_reference_loop_on_random_models():
         model = random_model(rng, len(task.vocab), task.max_len, C=2, readout="argmax", scale=2.0)
         p = int(rng.integers(4, 9))
         problem = verifier.build_problem("idxl", N=3, p=p, model=model)
-        result = verifier.run(problem, max_counterexamples=10 ** 6)
+        result = verifier.run(problem, max_counterexamples=task.total)
         ref = RefFX(p)
         want = []
         for batch in task.batches(0, task.total, 100):

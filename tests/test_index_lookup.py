@@ -1,4 +1,4 @@
-"""Index lookup (seed 004, Theorem 1): the task's ground truth, proofs, and weakened constructions."""
+"""Index lookup (Bhattamishra et al. 2024, Theorem 1): the task's ground truth, proofs, and weakened constructions."""
 
 import itertools
 

@@ -3,7 +3,9 @@
 ``verifier.prove(task="index_lookup", N=16, p=12)`` is what ``verify idxl --N 16 --p 12`` calls.
 Every counterexample an engine reports is replayed here, on the evaluator's generic path and
 against the task's own definition of the answer, before it is reported; a replay that disagrees
-is an `InternalError`, never a verdict.
+is an `InternalError`, never a verdict.  A proof from a symbolic engine is sample-checked on the
+evaluator (`sample_check`) before it is returned.  A run that is interrupted or runs out of time
+(`--timeout` counts from before the problem is built) gets the verdict unknown.
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from . import interrupts
 from .arithmetic import FixedPoint
+from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
 from .engines import Found, Problem, RunOptions, choose
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, Outputs, reference, trace
 from .model import Model
 from .result import Counterexample, Result
+from .sample_check import sample_check
 from .tasks import canonical, make_task
+
+MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
 
 
 @dataclass
@@ -65,51 +72,50 @@ def check_compatible(model: Model, task) -> None:
                          f"{task.name} needs {task.max_len} (array 'P' rows)")
     if model.readout.kind != task.readout:
         raise InputError(f"{task.name} needs an {task.readout} readout, the model has {model.readout.kind}")
-    if task.readout == "argmax" and model.readout.W_U.shape[0] != task.num_classes:
-        raise InputError(f"array 'U.W' has {model.readout.W_U.shape[0]} rows, expected one per class "
-                         f"({task.num_classes})")
+    rows = model.readout.W_U.shape[0]
+    if rows != task.num_classes:
+        unit = "class" if task.readout == "argmax" else "output bit"
+        raise InputError(f"array 'U.W' has {rows} rows; {task.name} needs one per {unit} ({task.num_classes})")
 
 
 def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1, timeout: Optional[float] = None,
         start: int = 0, stop: Optional[int] = None, workers: Optional[int] = None,
-        progress: Optional[Callable[[int, int], None]] = None) -> Result:
-    """Decide the problem with an engine; replay every counterexample; return the verdict."""
+        progress: Optional[Callable[[int, int], None]] = None, deadline: Optional[Deadline] = None) -> Result:
+    """Decide the problem with an engine; replay every counterexample; sample-check a symbolic
+    proof; return the verdict.  `deadline` (which `prove` and the CLI start before building the
+    problem) takes the place of `timeout`."""
     total = problem.task.total
     stop = total if stop is None else stop
     if not 0 <= start <= stop <= total:
         raise InputError(f"the range {start}..{stop} is not inside 0..{total}")
-    if max_counterexamples < 1:
-        raise InputError(f"--max-counterexamples must be >= 1, got {max_counterexamples}")
-    if timeout is not None and timeout <= 0:
-        raise InputError(f"--timeout must be positive, got {timeout}")
-    if workers is not None and workers < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
-    opts = RunOptions(max_counterexamples, timeout, start, stop, workers, progress)
+    if not 1 <= max_counterexamples <= MAX_COUNTEREXAMPLES:
+        raise InputError(f"--max-counterexamples must be in 1..{MAX_COUNTEREXAMPLES:,} (each one is replayed "
+                         f"with its trace), got {max_counterexamples}")
+    check_workers(workers)
+    deadline = deadline if deadline is not None else Deadline(timeout)
+    opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress)
     chosen = choose(engine, problem, opts)
     t0 = time.monotonic()
     er = chosen.run(problem, opts)
-    seconds = time.monotonic() - t0
+    whole = (start, stop) == (0, total)
+    status, cexs, audit = er.status, [], None
     quantized = Evaluator(problem.model, problem.arith, tables=False)
-    cexs = [replay(problem, found, quantized) for found in er.found]
-    if cexs:
-        verdict, reason = "refuted", ""
-    elif er.status == "complete" and (start, stop) == (0, total):
-        verdict, reason = "proved", ""
-    else:
-        verdict = "unknown"
-        if er.status == "interrupted":
-            reason = "interrupted (Ctrl-C)"
-        elif er.status == "timeout":
-            reason = f"timeout after {timeout:g} s"
-        elif er.status == "incomplete":
-            reason = "the solver answered unknown"
-        else:
-            reason = f"the range {start}..{stop} is part of the {total} inputs"
-        if er.stats.get("unfinished_case"):
-            reason += f"; unfinished case {er.stats['unfinished_case']}"
-        reason += f"; covered inputs {start}..{start + er.covered}"
-        if chosen.name == "exhaustive":
-            reason += f", resume with --start {start + er.covered}"
+    try:
+        cexs = [replay(problem, found, quantized) for found in er.found]
+        if not cexs and status == "complete" and whole and chosen.symbolic:
+            audit = sample_check(problem, deadline)
+    except TimedOut:
+        status = "timeout"
+    except KeyboardInterrupt:
+        status, cexs = "interrupted", []
+    seconds = time.monotonic() - t0
+    if status == "complete" and not whole and not cexs:
+        status = "partial"
+    verdict = "refuted" if cexs else "proved" if status == "complete" else "unknown"
+    reason = "" if verdict != "unknown" else _unknown_reason(status, er, deadline, start, stop, total, chosen.name)
+    stats = dict(er.stats)
+    if audit is not None:
+        stats["sample_check"] = audit.to_json()
     info = dict(problem.model.info)
     construction = {"construction": info.pop("construction", "user model"), "theorem": info.pop("theorem", None)}
     params = {**info, "size_bits": problem.arith.p * problem.model.n_params()}
@@ -120,15 +126,36 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         tightest = {"index": er.tightest, "input": problem.task.render(problem.task.decode(er.tightest))}
     return Result(verdict, problem.task.describe(), construction, params, arithmetic,
                   chosen.name + (" (auto)" if engine == "auto" else ""), er.covered, total, start, stop, seconds,
-                  er.min_margin, cexs, tightest, reason, er.stats)
+                  er.min_margin, cexs, tightest, reason, stats, status)
+
+
+def _unknown_reason(status: str, er, deadline: Deadline, start: int, stop: int, total: int, engine: str) -> str:
+    if status == "interrupted":
+        reason = f"interrupted ({interrupts.cause()})"
+    elif status == "timeout":
+        reason = f"timeout after {deadline.seconds:g} s"
+        if er.status == "complete":
+            reason += " during the sample check of the proof"
+    elif status == "incomplete":
+        reason = f"the solver answered unknown ({er.stats.get('solver_reason') or 'no reason given'})"
+    else:
+        reason = f"the range {start}..{stop} is part of the {total} inputs"
+    if er.stats.get("unfinished_case"):
+        reason += f"; unfinished case {er.stats['unfinished_case']}"
+    reason += f"; covered inputs {start}..{start + er.covered}"
+    if engine == "exhaustive":
+        reason += f", resume with --start {start + er.covered}"
+    return reason
 
 
 def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexamples: int = 1,
           timeout: Optional[float] = None, start: int = 0, stop: Optional[int] = None,
           workers: Optional[int] = None, progress=None, **problem) -> Result:
-    """Build the problem (see `build_problem`) and decide it: ``prove("idxl", N=16, p=12)``."""
-    return run(build_problem(task, **problem), engine, max_counterexamples=max_counterexamples, timeout=timeout,
-               start=start, stop=stop, workers=workers, progress=progress)
+    """Build the problem (see `build_problem`) and decide it: ``prove("idxl", N=16, p=12)``.
+    The timeout covers the building too."""
+    deadline = Deadline(timeout)
+    return run(build_problem(task, **problem), engine, max_counterexamples=max_counterexamples, start=start,
+               stop=stop, workers=workers, progress=progress, deadline=deadline)
 
 
 def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator] = None) -> Traced:
@@ -138,11 +165,13 @@ def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator]
     truth = problem.task.answer(tokens)
     out, values = trace(quantized, tokens)
     real_ev = reference(problem.model)
-    real_out, real_values = trace(real_ev, tokens)
+    with np.errstate(all="ignore"):  # the float64 reference of extreme weights overflows; it only reports
+        real_out, real_values = trace(real_ev, tokens)
+        real_margin = float(real_ev.margins(real_out, np.array([truth]))[0])
     table = {name: {"codes": v, "values": problem.arith.to_real(v), "real": real_values.get(name)}
              for name, v in values.items()}
     return Traced(tokens, truth, out, real_out, table, float(quantized.margins(out, np.array([truth]))[0]),
-                  float(real_ev.margins(real_out, np.array([truth]))[0]))
+                  real_margin)
 
 
 def replay(problem: Problem, found: Found, quantized: Optional[Evaluator] = None) -> Counterexample:

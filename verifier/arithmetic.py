@@ -1,6 +1,7 @@
 """The arithmetic: exact p-bit fixed point FX(p, f), and the float64 real reference.
 
-Normative text: ``../shared/docs/fixed-point.md``, which follows seed 004, Appendix B.2 (p-bit
+Normative text: ``docs/arithmetic.md``, which follows Bhattamishra et al. 2024 (arXiv:2406.09347),
+Appendix B.2 (p-bit
 grid, rounding down, saturation) and Appendix D (max-subtracted softmax, exact sum Z).
 
 Both classes expose the same operations (`lin`, `scores`, `mix`, `softmax`, `relu`, `add`,
@@ -9,8 +10,8 @@ numpy ``int64`` arrays of integer codes ``q`` meaning ``q * 2^-f``; every operat
 integer arithmetic followed by the rounding and saturation the spec prescribes.  Where int64
 could overflow, `FixedPoint.check_capacity` refuses the format instead of letting it wrap.
 
-Departures from seed 004: the paper only rounds down and only clamps from above; we offer
-`nearest` (ties to even) and `zero` as options and clamp from below too (constructions.md 0.5).
+Departures from the paper: it only rounds down and only clamps from above; we offer `nearest`
+(ties to even) and `zero` as options and clamp from below too (docs/arithmetic.md).
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class FixedPoint:
     def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """R(w) for a real parameter array: codes and a mask of saturated entries."""
         w = np.asarray(w, dtype=np.float64)
-        scaled = w * float(self.one)  # exact: a power-of-two scaling of a float64
+        with np.errstate(over="ignore"):  # beyond float64 is beyond the range too: it saturates below
+            scaled = w * float(self.one)  # exact: a power-of-two scaling of a float64
         rounded = {"floor": np.floor, "nearest": np.rint, "zero": np.trunc}[self.rounding](scaled)
         saturated = (rounded < self.lo) | (rounded > self.hi)
         return np.clip(rounded, self.lo, self.hi).astype(np.int64), saturated
@@ -204,13 +206,13 @@ class FixedPoint:
         return self.sat(x + y, ctx, name)
 
     def mean_heads(self, outs: np.ndarray, ctx: Ctx, name: str) -> np.ndarray:
-        """R(sum_h out_h / H) over axis -2 (seed 003's 1/m head average)."""
+        """R(sum_h out_h / H) over axis -2 (Chen and Zou 2024's 1/m head average)."""
         H = outs.shape[-2]
         return self.sat(self.round_div(outs.sum(-2), np.int64(H)), ctx, name)
 
     def softmax(self, s: np.ndarray, mask: Optional[np.ndarray], ctx: Ctx, name: str,
                 rec: Recorder = None) -> np.ndarray:
-        """Max-subtracted softmax of seed 004, Appendix D, over the last axis.
+        """Max-subtracted softmax (Bhattamishra et al. 2024, Appendix D) over the last axis.
 
         d = sat(s - M), e = R(exp d) correctly rounded, Z = sum e exactly (not saturated),
         a = R(e / Z) from the exact quotient.  Masked positions are absent, not -inf.

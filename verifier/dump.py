@@ -9,10 +9,13 @@ see which rounding broke it.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .errors import InputError
 from .result import Counterexample, Result
 
 HOW_TO_READ = (
@@ -39,24 +42,38 @@ def counterexample_document(result: Result, cex: Counterexample) -> dict:
             "counterexample": cex.to_json(), "how_to_read": HOW_TO_READ, "trace": trace_json(cex.trace)}
 
 
-def write_dumps(result: Result, directory: str | Path) -> list[Path]:
-    """One new file per counterexample; an existing file is never overwritten (a suffix is added)."""
+def prepare_dump_dir(directory: str | Path) -> Path:
+    """Create the dump directory if needed and check that it can be written, before a run."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise InputError(f"--dump {directory}: exists and is not a directory") from None
+    except OSError as exc:
+        raise InputError(f"--dump {directory}: cannot create the directory ({exc.strerror})") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"--dump {directory}: the directory is not writable")
+    return directory
+
+
+def write_dumps(result: Result, directory: str | Path) -> list[Path]:
+    """One new file per counterexample; an existing file is never overwritten.  The name is
+    TASK[-VARIANT]-N..-p..-cexINDEX.json, and when that exists, the same with a unique suffix."""
+    directory = prepare_dump_dir(directory)
     written = []
     variant = result.params.get("variant")
     stem = f"{result.task['name']}{'-' + variant if variant else ''}-N{result.task.get('N', '')}-p{result.arithmetic['p']}"
     for cex in result.counterexamples:
         text = json.dumps(counterexample_document(result, cex), indent=1)
-        for attempt in range(1, 10_000):
-            path = directory / f"{stem}-cex{cex.index}{'' if attempt == 1 else f'-{attempt}'}.json"
-            try:
-                with open(path, "x") as fh:
-                    fh.write(text)
-                written.append(path)
-                break
-            except FileExistsError:
-                continue
+        path = directory / f"{stem}-cex{cex.index}.json"
+        try:
+            fh = open(path, "x")
+        except FileExistsError:  # mkstemp creates a new name atomically: it never runs out
+            fd, name = tempfile.mkstemp(prefix=f"{stem}-cex{cex.index}-", suffix=".json", dir=directory)
+            fh, path = os.fdopen(fd, "w"), Path(name)
+        with fh:
+            fh.write(text)
+        written.append(path)
     return written
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import z3
 
+from .budget import Deadline
 from .evaluator import Evaluator, readout_margins, trace
 from .symbolic import Sym, SymFX
 from .tasks import Case
@@ -60,7 +62,8 @@ class Encoding:
         n = 1 if var is None else len(self.case.domains[var])
         y = np.array([np.broadcast_to(s.table, (n,)) for s in self.scores]).T  # (n, C) codes
         truth = np.broadcast_to(self.truth.table, (n,))
-        return readout_margins(y, truth, self.readout.kind, self.readout.theta * self.sfx.fx.one), var
+        theta = self.readout.theta * float(self.sfx.fx.one)  # margins are reported, never decide
+        return readout_margins(y, truth, self.readout.kind, theta), var
 
     def holds_at(self, tokens) -> bool:
         """Does the failure formula hold at this concrete input of the case?"""
@@ -81,26 +84,49 @@ class Encoding:
 
 
 def bit_width(ev: Evaluator) -> int:
-    """Bit-vector width that holds every intermediate before rounding or saturation."""
-    return 2 * ev.arith.p + math.ceil(math.log2(ev.q.widest_sum() + 2)) + 4
+    """Bit-vector width that holds every intermediate before rounding or saturation, and every
+    constant of the specification (docs/smt-encoding.md, "Widths").
+
+    Forward pass: a sum of T products of p-bit codes plus a shifted bias is below (T + 2) 2^(2p-2),
+    so 2p - 1 + ceil(log2(T + 2)) bits hold it; 3 more are slack.  Specification: a count is below T
+    (T counts the positions too), a class index needs bit_length(C) + 1 bits, and a threshold
+    readout's answer is a pattern of C bits.  `SymFX.num` refuses any constant that still does not fit."""
+    forward = 2 * ev.arith.p + math.ceil(math.log2(ev.q.widest_sum() + 2)) + 4
+    C = ev.q.readout.W_U.shape[0]
+    answer = C + 2 if ev.q.readout.kind == "threshold" else C.bit_length() + 2
+    return max(forward, answer)
 
 
-def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
+def threshold_code(theta: float, fx) -> int:
+    """The integer c with  code > c  <=>  code 2^-f > theta  for every code of the format:
+    floor(theta 2^f) computed exactly, then clamped to lo - 1 .. hi (a readout code is always in
+    lo..hi), so that it is a constant of the format whatever theta is (2^29, 1e300)."""
+    return min(max(math.floor(Fraction(theta) * fx.one), fx.lo - 1), fx.hi)
+
+
+def encode(ev: Evaluator, case: Case, theory: str = "bv", deadline: Deadline | None = None) -> Encoding:
+    """The failure formula of one case; raises `TimedOut` if the deadline passes while it is built."""
     fx, q, t = ev.arith, ev.q, ev.tables
     S = SymFX(fx, case.domains, bit_width(ev), theory)
     V, L, d = len(q.vocab), case.length, q.d
     rows = [j * V + dom for j, dom in enumerate(S.domains)]
     track = fx.overflow == "error"
-    if track and ev.saturated_params:
-        S.note(S.const(True))
+    if track and ev.saturated_use is not None:  # a saturated parameter fails the inputs that use it
+        use = ev.saturated_use
+        S.note(S.const(bool(use.always)))
+        for j, dom in enumerate(S.domains):
+            S.note(S.lookup(j, use.at(j, dom, q.P_mask)))
 
     def lin(W, x, b=None):
+        if deadline is not None:  # checked per map and per query position: no step takes long
+            deadline.check()
         tokens = {s.var for s in x if s.var is not None}
         if not any(s.is_term for s in x) and len(tokens) <= 1:
             # a function of at most one token: the evaluator's own linear rule on the whole table
             j = tokens.pop() if tokens else None
             n = 1 if j is None else len(S.domains[j])
-            rows = np.stack([np.broadcast_to(s.table, (n,)) for s in x], axis=-1)
+            rows = np.stack([np.broadcast_to(s.table, (n,)) for s in x], axis=-1) if x else \
+                np.zeros((n, 0), dtype=np.int64)  # a zero-width input: the map is its bias
             ctx = fx.context((n,))
             Y = fx.lin(W, rows, b, ctx, "lin")
             if track:
@@ -150,6 +176,8 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
                 Ks = [lin(head.W_K, X[j]) for j in range(L)]
                 Vs = [lin(head.W_V, X[j]) for j in range(L)]
             for n, i in enumerate(qpos):
+                if deadline is not None:
+                    deadline.check()
                 if li == 0:  # every key position at once, then split by position
                     key_rows = np.concatenate([rows[j] for j in keys[i]])
                     ctx = fx.context((len(rows[i]), len(key_rows)))
@@ -193,7 +221,7 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv") -> Encoding:
         best = S.select(y, truth)
         fail = S.any([S.and_(S.ne(truth, S.const(c)), S.ge(y[c], best)) for c in range(len(y))])
     else:
-        theta = S.const(math.floor(q.readout.theta * fx.one))  # y > theta  <=>  code > floor(theta 2^f)
+        theta = S.const(threshold_code(q.readout.theta, fx))
         fail = S.any([S.ne(S.gt(yi, theta), S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1,
                                                    lambda e, i=i: _bit(e, i)))
                       for i, yi in enumerate(y)])

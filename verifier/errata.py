@@ -1,4 +1,5 @@
-"""The errata report: each printed construction of seed 004 against its corrected version.
+"""The errata report: each printed construction of Bhattamishra et al. 2024 (arXiv:2406.09347)
+against its corrected version.
 
 For every claim, at the given sizes: the printed (``paper``) variant's verdict, with its first
 counterexample written as a dump file; the ``corrected`` variant's verdict; and for each variant

@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Arithmetic, Ctx, FixedPoint, Real, Recorder
+from .budget import require_memory
 from .model import Model
 
 _LOGIT_TABLE_LIMIT = 1 << 24  # pairs x m products computed for the layer-0 logit table
@@ -43,6 +44,50 @@ class Outputs:
     tie: np.ndarray  # (B,) bool: argmax had no strict maximum
     ovf: np.ndarray  # (B,) bool: a saturation happened under overflow = error
     where: list[str] = field(default_factory=list)  # saturation locations (trace mode)
+
+
+@dataclass
+class SaturatedUse:
+    """Which inputs use a parameter that saturated when the model was quantized (docs/arithmetic.md:
+    under overflow = error such a parameter fails the inputs that use it, and only those).
+
+    An input uses the embedding row of each token it holds, the position row of each position it
+    has where the token takes a position, and every other weight of the model."""
+
+    token: np.ndarray  # (V,) bool: a saturated entry in E[t]
+    position: np.ndarray  # (L_max,) bool: a saturated entry in P[i]
+    always: list[str] = field(default_factory=list)  # saturated entries of the other weights
+    row_names: dict[tuple[str, int], str] = field(default_factory=dict)  # ("E", t) / ("P", i) -> an entry
+
+    def note(self, name: str, saturated: np.ndarray) -> None:
+        if name in ("E", "P"):
+            rows = saturated.any(axis=1)
+            (self.token if name == "E" else self.position)[:] |= rows
+            for r in np.flatnonzero(rows):
+                self.row_names[name, int(r)] = _entry(name, (r, np.flatnonzero(saturated[r])[0]))
+        else:
+            self.always.append(_entry(name, np.argwhere(saturated)[0]))
+
+    def at(self, position, tokens: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
+        """Per token of `tokens` at `position` (an index, or one per last axis of `tokens`): does it
+        use a saturated embedding or position row?"""
+        return self.token[tokens] | (self.position[position] & P_mask[tokens])
+
+    def inputs(self, tokens: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
+        """(B,) bool for a batch (B, L): does the input use any saturated parameter?"""
+        return bool(self.always) | self.at(np.arange(tokens.shape[1]), tokens, P_mask).any(axis=1)
+
+    def used(self, tokens: np.ndarray, P_mask: np.ndarray) -> list[str]:
+        """The saturated parameters one input (L,) uses."""
+        names = list(self.always)
+        for i, t in enumerate(tokens):
+            names += [self.row_names[key] for key in (("E", int(t)), ("P", i))
+                      if key in self.row_names and (key[0] == "E" or P_mask[t])]
+        return list(dict.fromkeys(names))
+
+
+def _entry(name: str, index) -> str:
+    return f"{name}[{','.join(str(int(i)) for i in index)}]"
 
 
 @dataclass
@@ -66,28 +111,38 @@ class Evaluator:
         arith.check_capacity(model.widest_sum())
         self.saturated_params: list[str] = []
         self.quant_error = 0.0
+        use = SaturatedUse(np.zeros(len(model.vocab), bool), np.zeros(model.max_len, bool))
 
         def quantize(name: str, w: np.ndarray) -> np.ndarray:
             codes, sat = arith.quantize(w)
             if sat.any():
-                self.saturated_params.append(f"{name}[{','.join(str(int(i)) for i in np.argwhere(sat)[0])}]")
+                self.saturated_params.append(_entry(name, np.argwhere(sat)[0]))
+                use.note(name, sat)
             err = np.abs(np.asarray(w, dtype=np.float64) - arith.to_real(codes))
             self.quant_error = max(self.quant_error, float(err.max(initial=0.0)))
             return codes
 
+        require_memory(2 * 8 * model.n_params(), "the quantized model")
         self.q = model.map_arrays(quantize)
-        self._param_ovf = bool(self.saturated_params) and isinstance(arith, FixedPoint) and arith.overflow == "error"
-        self._cols: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        tracked = isinstance(arith, FixedPoint) and arith.overflow == "error" and bool(self.saturated_params)
+        self.saturated_use = use if tracked else None
+        self._cols: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
+        if tables:
+            self._require_tables()
         self.tables = self._build_tables() if tables else None
 
     # -- helpers ------------------------------------------------------------------------------
-    def _lin(self, W: np.ndarray, x: np.ndarray, b, ctx: Ctx, name: str) -> np.ndarray:
+    def _plan(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """How `_lin` applies W: (the weights it multiplies, the input columns they read, gathered).
+
+        Zero columns are skipped; a matrix whose rows have few non-zeros (identity blocks) is
+        gathered row by row, so each row reads only its own columns."""
         key = id(W)
         if key not in self._cols:
             cols = np.flatnonzero(np.any(W != 0, axis=0))
             nnz = (W != 0).sum(axis=1)
             width = max(int(nnz.max(initial=0)), 1)
-            if width * 2 <= len(cols):  # sparse rows (identity blocks): gather each row's own columns
+            if width * 2 <= len(cols):
                 idx = np.zeros((W.shape[0], width), dtype=np.int64)
                 for r in range(W.shape[0]):
                     nz = np.flatnonzero(W[r])
@@ -95,7 +150,20 @@ class Evaluator:
                 self._cols[key] = (np.take_along_axis(W, idx, axis=1) * (np.arange(width) < nnz[:, None]), idx, True)
             else:
                 self._cols[key] = (W[:, cols], cols, False)
-        Wc, cols, gathered = self._cols[key]
+        return self._cols[key]
+
+    def _require_tables(self) -> None:
+        """The layer-0 tables hold, per (position, token) row, the embedding and each head's q, k, v;
+        the largest temporary is one linear map's products (rows x outputs x columns read)."""
+        q = self.q
+        R = len(q.vocab) * q.max_len
+        heads = q.layers[0].heads
+        per_row = q.d + sum(2 * h.W_Q.shape[0] + h.W_V.shape[0] for h in heads)
+        widest = max(self._plan(W)[0].size for h in heads for W in (h.W_Q, h.W_K, h.W_V))
+        require_memory(8.0 * R * (per_row + 2 * widest), f"the layer-0 tables ({R:,} (position, token) rows)")
+
+    def _lin(self, W: np.ndarray, x: np.ndarray, b, ctx: Ctx, name: str) -> np.ndarray:
+        Wc, cols, gathered = self._plan(W)
         if gathered:
             return self.arith.lin_gathered(Wc, x[..., cols], b, ctx, name)
         return self.arith.lin(Wc, x[..., cols], b, ctx, name)
@@ -135,9 +203,10 @@ class Evaluator:
         tokens = np.asarray(tokens, dtype=np.int64)
         B, L = tokens.shape
         ctx = arith.context((B,), locate=locate)
-        if self._param_ovf:
-            ctx.ovf[:] = True
-            ctx.where.extend(f"parameter {s}" for s in self.saturated_params)
+        if self.saturated_use is not None:
+            ctx.ovf |= self.saturated_use.inputs(tokens, q.P_mask)
+            if locate:
+                ctx.where.extend(f"parameter {s}" for s in self.saturated_use.used(tokens[0], q.P_mask))
         positions = np.arange(L)
         X = None  # residual stream at every position that later layers read
         for li, layer in enumerate(q.layers):

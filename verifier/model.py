@@ -1,10 +1,11 @@
 """The transformer model: explicit weights, and the ``.npz`` model file format.
 
-Conventions follow constructions.md 0.2 (seed 004, Section 2) with column vectors:
+Conventions follow Bhattamishra et al. 2024 (arXiv:2406.09347), Section 2, with column vectors:
 ``Q(x) = W_Q x``, ``K(x) = W_K x``, ``V(x) = W_V x``; multi-head output ``W_O [Att_1; ...; Att_H]``.
-A layer is ``x <- x + W_O heads(x); x <- x + FFN(x)`` with residual, or seed 004's formal
-``psi(M-Att(X))`` without it.  ReLU attention is seed 003's variant (Section 3.1, Eq. 1-3):
-scores ``ReLU(<q, k>)``, no normalisation, heads averaged with 1/m before ``W_O``.
+A layer is ``x <- x + W_O heads(x); x <- x + FFN(x)`` with residual, or Bhattamishra et al.'s
+formal ``psi(M-Att(X))`` without it.  ReLU attention is Chen and Zou 2024's variant (arXiv:2404.01601,
+Section 3.1, Eq. 1-3): scores ``ReLU(<q, k>)``, no normalisation, heads averaged with 1/m before
+``W_O``.
 
 The same dataclasses hold real weights (float64) and quantized ones (int64 codes): quantizing is
 `Model.map_arrays`.  The file format is specified in ``docs/model-format.md``.
@@ -13,6 +14,7 @@ The same dataclasses hold real weights (float64) and quantized ones (int64 codes
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,12 +22,39 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .budget import require_memory
 from .errors import InputError
+from .schema import parse_json, regular_file, show, validate
 
 FORMAT_NAME = "verify-model"
 FORMAT_VERSION = 1
 ATTENTIONS = ("softmax", "relu")
 READOUTS = ("argmax", "threshold")
+MAX_THRESHOLD_BITS = 62  # a threshold readout's answer is a bit pattern in an int64
+EXACT_INTEGERS = 1 << 53  # integer weights beyond this are not exact in float64
+
+META_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "metadata of a verify model file (the JSON string array 'meta' of the .npz)",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["format", "version", "vocab", "layers"],
+    "properties": {
+        "format": {"type": "string", "const": FORMAT_NAME},
+        "version": {"type": "integer", "const": FORMAT_VERSION},
+        "vocab": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string", "minLength": 1}},
+        "layers": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "additionalProperties": False, "required": ["heads"],
+            "properties": {"heads": {"type": "integer", "minimum": 1},
+                           "attention": {"type": "string", "enum": list(ATTENTIONS)},
+                           "residual": {"type": "boolean"}, "causal": {"type": "boolean"},
+                           "ffn": {"type": "boolean"}}}},
+        "readout": {"type": "object", "additionalProperties": False, "required": ["kind"],
+                    "properties": {"kind": {"type": "string", "enum": list(READOUTS)},
+                                   "theta": {"type": "number"}}},
+        "info": {"type": "object", "description": "free-form: the construction and its parameters"},
+    },
+}
 
 
 @dataclass
@@ -129,11 +158,16 @@ class Model:
         _expect(self.P_mask, "P_mask", (V,), f"({V},)")
         if len(self.vocab) != V:
             raise InputError(f"metadata 'vocab' has {len(self.vocab)} names, expected {V} (rows of E)")
+        if not all(isinstance(v, str) for v in self.vocab):
+            raise InputError("metadata 'vocab' must be a list of strings")
         if not self.layers:
             raise InputError("the model has no layers")
         for li, layer in enumerate(self.layers):
             if layer.attention not in ATTENTIONS:
                 raise InputError(f"layer {li}: attention must be one of {ATTENTIONS}, got {layer.attention!r}")
+            for flag in ("residual", "causal"):
+                if not isinstance(getattr(layer, flag), (bool, np.bool_)):
+                    raise InputError(f"layer {li}: {flag} must be a boolean, got {show(getattr(layer, flag))}")
             if not layer.heads:
                 raise InputError(f"layer {li} has no heads")
             m = _shape2(layer.heads[0].W_Q, f"L{li}.H0.W_Q", ("m", str(d)))[0]
@@ -150,9 +184,18 @@ class Model:
                     if arr is None:
                         raise InputError(f"array 'L{li}.{key}' is missing: expected shape {_fmt(shape)}")
                     _expect(arr, f"L{li}.{key}", shape, _fmt(shape))
-        if self.readout.kind not in READOUTS:
-            raise InputError(f"readout kind must be one of {READOUTS}, got {self.readout.kind!r}")
+        ro = self.readout
+        if ro.kind not in READOUTS:
+            raise InputError(f"readout kind must be one of {READOUTS}, got {ro.kind!r}")
+        if isinstance(ro.theta, bool) or not isinstance(ro.theta, (int, float)) or not math.isfinite(ro.theta):
+            raise InputError(f"readout theta must be a finite number, got {show(ro.theta)}")
         C = _shape2(self.readout.W_U, "U.W", ("C", str(d)))[0]
+        if C < 1:
+            raise InputError(f"array 'U.W' has no rows: the readout needs one row per class (argmax) or per "
+                             f"output bit (threshold), expected shape (C, {d}) with C >= 1")
+        if ro.kind == "threshold" and C > MAX_THRESHOLD_BITS:
+            raise InputError(f"array 'U.W' has {C} rows; a threshold readout has at most {MAX_THRESHOLD_BITS} "
+                             f"output bits")
         _expect(self.readout.W_U, "U.W", (C, d), f"({C}, {d})")
         _expect(self.readout.b_U, "U.b", (C,), f"({C},)")
         for name, arr in self.named_arrays().items():
@@ -184,13 +227,13 @@ def save_model(model: Model, path: str | Path) -> Path:
     path = Path(path)
     meta = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "vocab": list(model.vocab), "info": model.info,
-        "layers": [{"heads": len(l.heads), "attention": l.attention, "residual": l.residual,
-                    "causal": l.causal, "ffn": l.has_ffn} for l in model.layers],
+        "layers": [{"heads": len(l.heads), "attention": l.attention, "residual": bool(l.residual),
+                    "causal": bool(l.causal), "ffn": l.has_ffn} for l in model.layers],
         "readout": {"kind": model.readout.kind, "theta": model.readout.theta},
     }
     arrays = {name: np.asarray(a, dtype=np.float64) for name, a in model.named_arrays().items()}
     arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
-    arrays["meta"] = np.array(json.dumps(meta))
+    arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
     try:
         with open(path, "xb") as fh:
             np.savez(fh, **arrays)
@@ -200,58 +243,89 @@ def save_model(model: Model, path: str | Path) -> Path:
 
 
 def load_model(path: str | Path) -> Model:
-    """Read and validate a model file; every problem is an InputError with one clear line."""
-    path = Path(path)
-    if path.is_file() and not zipfile.is_zipfile(path):
-        raise InputError(f"model file {path} is not a .npz file (not a zip archive)")
+    """Read and validate a model file; every problem is an InputError with one clear line.
+
+    The metadata is checked against `META_SCHEMA`, every array's type strictly (real numbers only;
+    P_mask boolean), then every shape (`Model.validate`).  The file's size is checked against
+    the memory available before any array is read.
+    """
+    path = regular_file(path, "model file")
+    source = f"model file {path}"
     try:
+        with zipfile.ZipFile(path) as zf:
+            require_memory(3 * sum(i.file_size for i in zf.infolist()), source)
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise InputError(f"model file {path} does not exist") from None
-    except Exception as exc:  # zipfile, pickle refusal, truncated file...
-        raise InputError(f"model file {path} is not a readable .npz: {exc}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile):
+        raise InputError(f"{source} is not a .npz file (not a zip archive)") from None
+    except InputError:
+        raise
+    except Exception as exc:  # a truncated member, an object array (pickles are refused), ...
+        raise InputError(f"{source} is not a readable .npz ({type(exc).__name__}: {exc})") from None
     if "meta" not in arrays:
-        raise InputError(f"model file {path} has no 'meta' array (JSON metadata)")
-    try:
-        meta = json.loads(str(arrays.pop("meta")))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"model file {path}: 'meta' is not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise InputError(f"model file {path}: meta.format must be {FORMAT_NAME!r}")
-    if meta.get("version") != FORMAT_VERSION:
-        raise InputError(f"model file {path}: unsupported format version {meta.get('version')!r}")
+        raise InputError(f"{source} has no 'meta' array (JSON metadata)")
+    meta = validate(parse_json(_meta_text(arrays.pop("meta"), source), f"{source}: 'meta'"), META_SCHEMA,
+                    f"{source}: meta")
+    known = {"E", "P", "P_mask", "U.W", "U.b"}
 
     def get(name: str, required: bool = True):
+        known.add(name)
         if name not in arrays:
             if required:
-                raise InputError(f"model file {path}: array '{name}' is missing")
+                raise InputError(f"{source}: array '{name}' is missing")
             return None
-        arr = arrays[name]
-        if name != "P_mask" and not np.issubdtype(arr.dtype, np.number):
-            raise InputError(f"model file {path}: array '{name}' is not numeric ({arr.dtype})")
-        return arr.astype(bool) if name == "P_mask" else arr.astype(np.float64)
+        return _real_array(arrays[name], name, source)
 
-    try:
-        layer_meta = meta["layers"]
-        layers = []
-        for li, lm in enumerate(layer_meta):
-            heads = [Head(get(f"L{li}.H{hi}.W_Q"), get(f"L{li}.H{hi}.W_K"), get(f"L{li}.H{hi}.W_V"))
-                     for hi in range(int(lm["heads"]))]
-            ffn = {k: get(f"L{li}.{k}") for k in ("W1", "b1", "W2", "b2")} if lm.get("ffn") else {}
-            layers.append(Layer(heads=heads, W_O=get(f"L{li}.W_O"), attention=lm.get("attention", "softmax"),
-                                residual=bool(lm.get("residual", True)), causal=bool(lm.get("causal", False)), **ffn))
-        E = get("E")
-        P_mask = get("P_mask", required=False)
-        ro = meta.get("readout", {})
-        model = Model(E=E, P=get("P"), P_mask=P_mask if P_mask is not None else np.ones(len(E), dtype=bool),
-                      layers=layers, readout=Readout(get("U.W"), get("U.b"), ro.get("kind", "argmax"),
-                                                     float(ro.get("theta", 0.0))),
-                      vocab=[str(v) for v in meta["vocab"]], info=dict(meta.get("info", {})))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"model file {path}: malformed metadata ({exc!r})") from None
+    layers = []
+    for li, lm in enumerate(meta["layers"]):
+        heads = [Head(get(f"L{li}.H{hi}.W_Q"), get(f"L{li}.H{hi}.W_K"), get(f"L{li}.H{hi}.W_V"))
+                 for hi in range(lm["heads"])]
+        ffn = {k: get(f"L{li}.{k}") for k in ("W1", "b1", "W2", "b2")} if lm.get("ffn", False) else {}
+        layers.append(Layer(heads=heads, W_O=get(f"L{li}.W_O"), attention=lm.get("attention", "softmax"),
+                            residual=lm.get("residual", True), causal=lm.get("causal", False), **ffn))
+    unexpected = sorted(set(arrays) - known)
+    if unexpected:
+        raise InputError(f"{source}: unexpected array{'s' if len(unexpected) > 1 else ''} "
+                         f"{', '.join(repr(a) for a in unexpected)} (not named by the metadata)")
+    E = get("E")
+    P_mask = arrays.get("P_mask")
+    if P_mask is None:
+        P_mask = np.ones(len(E), dtype=bool)
+    elif P_mask.dtype != np.bool_:
+        raise InputError(f"{source}: array 'P_mask' has dtype {P_mask.dtype}, expected bool")
+    ro = meta.get("readout", {"kind": "argmax"})
+    model = Model(E=E, P=get("P"), P_mask=P_mask, layers=layers,
+                  readout=Readout(get("U.W"), get("U.b"), ro["kind"], ro.get("theta", 0.0)),
+                  vocab=list(meta["vocab"]), info=dict(meta.get("info", {})))
     try:
         model.validate()
     except InputError as exc:
-        raise InputError(f"model file {path}: {exc}") from None
+        raise InputError(f"{source}: {exc}") from None
     return model
+
+
+def _meta_text(arr: np.ndarray, source: str) -> str:
+    """The metadata JSON: a 0-d string array (UTF-8 bytes are accepted, decoded strictly)."""
+    if arr.ndim != 0 or arr.dtype.kind not in "US":
+        raise InputError(f"{source}: 'meta' must be one JSON string (a 0-d string array), "
+                         f"got dtype {arr.dtype} and shape {arr.shape}")
+    value = arr[()]
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{source}: 'meta' is not UTF-8 text") from None
+    return str(value)
+
+
+def _real_array(arr: np.ndarray, name: str, source: str) -> np.ndarray:
+    """A weight array as float64, only where that is exact: floats up to 64 bits, integers up to 2^53."""
+    kind = arr.dtype.kind
+    if kind == "f" and arr.dtype.itemsize <= 8:
+        return arr.astype(np.float64)
+    if kind in "iu":
+        if arr.size and (int(arr.max()) > EXACT_INTEGERS or int(arr.min()) < -EXACT_INTEGERS):
+            raise InputError(f"{source}: array '{name}' has integers beyond 2^53, which float64 does not hold exactly")
+        return arr.astype(np.float64)
+    raise InputError(f"{source}: array '{name}' has dtype {arr.dtype}; expected real numbers "
+                     f"(float16, float32, float64 or integers)")

@@ -52,6 +52,7 @@ class Result:
     tightest: Optional[dict] = None  # {"index", "input"} of an input with the smallest margin
     reason: str = ""  # why the verdict is unknown
     engine_stats: dict = field(default_factory=dict)
+    status: str = "complete"  # complete | partial (a range) | timeout | interrupted | incomplete (solver)
 
     @property
     def exit_code(self) -> int:
@@ -62,7 +63,7 @@ class Result:
                 "params": self.params, "arithmetic": self.arithmetic, "engine": self.engine,
                 "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop]},
                 "seconds": round(self.seconds, 3), "min_margin": _num(self.min_margin),
-                "tightest": self.tightest, "reason": self.reason,
+                "tightest": self.tightest, "status": self.status, "reason": self.reason,
                 "counterexamples": [c.to_json() for c in self.counterexamples],
                 "engine_stats": self.engine_stats}
 
@@ -86,6 +87,11 @@ class Result:
             lines.append(f"  cases       {st['cases']} case splits: {st['decided_by_evaluation']} decided by partial "
                          f"evaluation, {st['decided_by_solver']} by {st['solver']} ({st['theory']}) in "
                          f"{st['solver_seconds']:.2f} s")
+        if "sample_check" in st:
+            sc = st["sample_check"]
+            n = sc["cases"]
+            lines.append(f"  checked     the proof on {sc['inputs']:,} sampled inputs (corners and random members of "
+                         f"{'the' if n == 1 else 'all'} {n:,} case{'' if n == 1 else 's'}) on the evaluator: no failure")
         if self.min_margin is not None:
             where = f" at {self.tightest['input']}" if self.tightest else ""
             lines.append(f"  min margin  {self.min_margin:g}{where}")

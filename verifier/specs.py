@@ -2,7 +2,7 @@
 
 A spec file holds one obligation as top-level keys:
 
-    description = "index lookup, seed 004 Thm 1, proved at 12 bits"
+    description = "index lookup, Bhattamishra et al. 2024 Thm 1, proved at 12 bits"
     task = "index_lookup"          # or the alias idxl
     construction = "index_lookup"  # the built-in construction, or: model = "path/to/model.npz"
     N = 16
@@ -26,16 +26,57 @@ from pathlib import Path
 from typing import Optional
 
 from .api import build_problem, run
+from .arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
 from .constructions import CONSTRUCTIONS
+from .engines import ENGINES
 from .errors import InputError, InternalError
 from .model import load_model
 from .result import Result
-from .tasks import TASKS, canonical
+from .schema import read_text, regular_file, validate
+from .tasks import ALIASES, TASKS, canonical, task_options
 
-PROBLEM_KEYS = ({"N", "p", "f", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"}
-                | {o.name for t in TASKS.values() for o in t.OPTIONS})
-OTHER_KEYS = {"description", "task", "construction", "model", "engine", "expect", "timeout", "profiles"}
+TASK_OPTION_KEYS = {o.name for t in TASKS.values() for o in t.OPTIONS}
+PROBLEM_KEYS = {"N", "p", "f", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"} | TASK_OPTION_KEYS
 VERDICTS = ("proved", "refuted", "unknown")
+PROFILES = ("ci", "full")
+_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
+
+
+def spec_schema() -> dict:
+    """The JSON Schema of a spec file (TOML), from the tasks' options and the engines."""
+    options = {}
+    for task in TASKS.values():
+        for o in task.OPTIONS:
+            options[o.name] = {"type": _JSON_TYPES[o.type], "description": f"{task.name}: {o.help}"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "a verify proof obligation (specs/*.toml)",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["task", "N", "p", "expect"],
+        "properties": {
+            "description": {"type": "string"},
+            "task": {"type": "string", "enum": sorted([*TASKS, *ALIASES])},
+            "construction": {"type": "string", "description": "the built-in construction (its name)"},
+            "model": {"type": "string", "minLength": 1, "description": "a model file, relative to the spec"},
+            "engine": {"type": "string", "enum": ["auto", *ENGINES]},
+            "expect": {"type": "string", "enum": list(VERDICTS)},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "seconds"},
+            "profiles": {"type": "array", "minItems": 1, "uniqueItems": True,
+                         "items": {"type": "string", "enum": list(PROFILES)}},
+            "N": {"type": "integer", "minimum": 1},
+            "p": {"type": "integer", "minimum": 2, "maximum": 31},
+            "f": {"type": "integer", "minimum": 0, "maximum": 31},
+            "rounding": {"type": "string", "enum": list(ROUNDINGS)},
+            "overflow": {"type": "string", "enum": list(OVERFLOWS)},
+            "accumulate": {"type": "string", "enum": list(ACCUMULATES)},
+            "variant": {"type": "string"},
+            "k": {"type": "integer", "minimum": 1},
+            "eta": {"type": "number"},
+            "seed": {"type": "integer", "minimum": 0},
+            **options,
+        },
+    }
 
 
 @dataclass
@@ -46,7 +87,7 @@ class Spec:
     problem: dict
     engine: str = "auto"
     timeout: Optional[float] = None
-    profiles: list[str] = field(default_factory=lambda: ["ci", "full"])
+    profiles: list[str] = field(default_factory=lambda: list(PROFILES))
     description: str = ""
     model: Optional[Path] = None
 
@@ -65,31 +106,44 @@ class Outcome:
     seconds: float = 0.0
 
 
+@dataclass
+class Checked:
+    """What `check` did: the outcomes of the specs it ran, the specs it skipped, and whether it was
+    interrupted (then the outcomes are those of the specs that finished)."""
+
+    outcomes: list[Outcome]
+    skipped: list[Spec]
+    interrupted: Optional[str] = None
+
+
 def load_spec(path: Path) -> Spec:
+    source = f"spec {path}"
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"spec {path}: {exc}") from None
-    unknown = set(data) - PROBLEM_KEYS - OTHER_KEYS
-    if unknown:
-        raise InputError(f"spec {path}: unknown keys {', '.join(sorted(unknown))}")
-    for key in ("task", "N", "p", "expect"):
-        if key not in data:
-            raise InputError(f"spec {path}: missing key '{key}'")
-    if data["expect"] not in VERDICTS:
-        raise InputError(f"spec {path}: expect must be one of {', '.join(VERDICTS)}, got {data['expect']!r}")
+        data = tomllib.loads(read_text(path, "spec"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{source} is not valid TOML ({exc})") from None
+    validate(data, spec_schema(), source)
+    task = canonical(data["task"])
+    foreign = sorted(set(data) & TASK_OPTION_KEYS - {o.name for o in task_options(task)})
+    if foreign:
+        known = ", ".join(o.name for o in task_options(task)) or "none"
+        raise InputError(f"{source}: {foreign[0]}: not an option of task {task} (its options: {known})")
     construction = data.get("construction")
     if construction is not None and "model" in data:
-        raise InputError(f"spec {path}: give either construction or model, not both")
-    if construction is not None and (canonical(data["task"]) not in CONSTRUCTIONS
-                                     or construction != CONSTRUCTIONS[canonical(data["task"])].name):
-        raise InputError(f"spec {path}: no built-in construction {construction!r} for task {data['task']!r}")
-    model = path.parent / data["model"] if "model" in data else None
-    if "instance" in data:  # relative to the spec, like a model file
-        data["instance"] = str(path.parent / data["instance"])
+        raise InputError(f"{source}: give either construction or model, not both")
+    if construction is not None and construction != CONSTRUCTIONS[task].name:
+        raise InputError(f"{source}: construction: no built-in construction {construction!r} for task {task} "
+                         f"(it is {CONSTRUCTIONS[task].name!r})")
+    try:  # files named by the spec, relative to it
+        model = regular_file(path.parent / data["model"], "model file") if "model" in data else None
+        for option in task_options(task):
+            if option.path and option.name in data:
+                data[option.name] = str(regular_file(path.parent / data[option.name], option.name))
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
     return Spec(path=path, task=data["task"], expect=data["expect"],
                 problem={k: data[k] for k in PROBLEM_KEYS if k in data}, engine=data.get("engine", "auto"),
-                timeout=data.get("timeout"), profiles=list(data.get("profiles", ["ci", "full"])),
+                timeout=data.get("timeout"), profiles=data.get("profiles", list(PROFILES)),
                 description=data.get("description", ""), model=model)
 
 
@@ -97,23 +151,28 @@ def load_specs(paths: list[str | Path]) -> list[Spec]:
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            files.extend(sorted(p.glob("*.toml")))
-        elif p.exists():
-            files.append(p)
+            found = sorted(p.glob("*.toml"))
+            if not found:
+                raise InputError(f"spec directory {p} has no spec files (*.toml)")
+            files.extend(found)
         else:
-            raise InputError(f"spec path {p} does not exist")
-    if not files:
-        raise InputError("no spec files (*.toml) found")
+            files.append(regular_file(p, "spec"))
     return [load_spec(f) for f in files]
 
 
 def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str] = None,
-          progress=None) -> list[Outcome]:
-    """Run each spec of the profile; an InputError or InternalError is an 'error' outcome."""
-    outcomes = []
-    for spec in specs:
-        if profile is not None and profile not in spec.profiles:
-            continue
+          progress=None) -> Checked:
+    """Run each spec of the profile; an InputError or InternalError is an 'error' outcome.
+
+    A selection with no spec is an InputError: a check that ran nothing must not pass.  An
+    interruption (Ctrl-C, SIGTERM) stops the check after the spec it interrupted."""
+    selected = [s for s in specs if profile is None or profile in s.profiles]
+    skipped = [s for s in specs if s not in selected]
+    if not selected:
+        raise InputError(f"no spec is in profile {profile!r} ({len(specs)} spec{'s' if len(specs) != 1 else ''} "
+                         f"read, none selected): a check that runs nothing cannot pass")
+    done = Checked([], skipped)
+    for spec in selected:
         t0 = time.monotonic()
         try:
             model = load_model(spec.model) if spec.model else None
@@ -122,8 +181,13 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
             outcome = Outcome(spec, result.verdict, result.verdict == spec.expect, result)
         except (InputError, InternalError) as exc:
             outcome = Outcome(spec, "error", False, error=str(exc))
+        except KeyboardInterrupt:
+            outcome = None
+        if outcome is None or (outcome.result is not None and outcome.result.status == "interrupted"):
+            done.interrupted = spec.name  # its verdict is no outcome, even where unknown was expected
+            break
         outcome.seconds = time.monotonic() - t0
-        outcomes.append(outcome)
+        done.outcomes.append(outcome)
         if progress:
             progress(outcome)
-    return outcomes
+    return done

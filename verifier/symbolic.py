@@ -23,6 +23,7 @@ import numpy as np
 import z3
 
 from .arithmetic import FixedPoint, exp_table
+from .errors import InternalError
 
 
 class Sym:
@@ -59,10 +60,18 @@ class SymFX:
         self.overflows: list[Sym] = []
 
     def num(self, v: int, like=None):
-        """A z3 integer constant in the theory (bit-vectors as wide as `like`, or `width`)."""
+        """A z3 integer constant in the theory (bit-vectors as wide as `like`, or `width`).
+
+        Every constant of the encoding is made here.  z3 would take a bit-vector constant modulo
+        2^width without a word, so one that does not fit is an internal error, never a wrapped
+        value (docs/smt-encoding.md, "Widths")."""
+        v = int(v)
         if self.theory == "int":
-            return z3.IntVal(int(v))
-        return z3.BitVecVal(int(v), self.width if like is None else like.size())
+            return z3.IntVal(v)
+        width = self.width if like is None else like.size()
+        if not -(1 << (width - 1)) <= v < (1 << (width - 1)):
+            raise InternalError(f"the constant {v} does not fit the {width}-bit encoding")
+        return z3.BitVecVal(v, width)
 
     # -- constructors and conversion ----------------------------------------------------------
     def const(self, value) -> Sym:
@@ -94,7 +103,7 @@ class SymFX:
             return branches[0]
         expr = self.z(branches[-1])
         for a in range(len(branches) - 2, -1, -1):
-            expr = z3.If(self.tokens[first] == int(self.domains[first][a]), self.z(branches[a]), expr)
+            expr = z3.If(self.is_token(first, a), self.z(branches[a]), expr)
         return Sym(expr=expr)
 
     def pair(self, i: int, j: int, table: np.ndarray) -> Sym:
@@ -108,18 +117,23 @@ class SymFX:
         rows = [self.z(self.lookup(j, row)) for row in table]
         expr = rows[-1]
         for a in range(len(rows) - 2, -1, -1):
-            expr = z3.If(self.tokens[i] == int(self.domains[i][a]), rows[a], expr)
+            expr = z3.If(self.is_token(i, a), rows[a], expr)
         return Sym(expr=expr)
+
+    def is_token(self, j: int, a: int):
+        """z3: t_j is the a-th token of its domain."""
+        return self.tokens[j] == self.num(self.domains[j][a], self.tokens[j])
 
     def member(self, j: int, values: np.ndarray):
         """z3: t_j is one of values (a contiguous range becomes two comparisons)."""
         t = self.tokens[j]
         values = np.sort(values)
         if len(values) > 2 and values[-1] - values[0] == len(values) - 1:
+            lo, hi = self.num(values[0], t), self.num(values[-1], t)
             if self.theory == "int":
-                return z3.And(t >= int(values[0]), t <= int(values[-1]))
-            return z3.And(z3.UGE(t, int(values[0])), z3.ULE(t, int(values[-1])))
-        return z3.Or([t == int(v) for v in values])
+                return z3.And(t >= lo, t <= hi)
+            return z3.And(z3.UGE(t, lo), z3.ULE(t, hi))
+        return z3.Or([t == self.num(v, t) for v in values])
 
     def domain_constraints(self) -> list:
         return [self.member(j, d) for j, d in enumerate(self.domains) if self.tokens[j] is not None]
@@ -171,7 +185,11 @@ class SymFX:
         return self.lift2(a, b, np.multiply, lambda x, y: x * y)
 
     def shl(self, a: Sym, s: int) -> Sym:
-        return self.lift1(a, lambda t: t << s, lambda x: x * (1 << s))
+        return self.lift1(a, lambda t: t << s, lambda x: x * self.num(1 << s, self._like(x)))
+
+    def _like(self, x):
+        """The sort to make a constant in, for an operation with term x."""
+        return x if self.theory == "bv" else None
 
     def maximum(self, a: Sym, b: Sym) -> Sym:
         return self.lift2(a, b, np.maximum, lambda x, y: z3.If(x >= y, x, y))
@@ -208,14 +226,18 @@ class SymFX:
         if self.theory == "int":
             return self._z_round_div(x, z3.IntVal(1 << s))
         mode = self.fx.rounding
+
+        def c(v):
+            return self.num(v, x)
+
         if mode == "floor":
-            return x >> s
+            return x >> c(s)
         if mode == "zero":
-            return z3.If(x < 0, -((-x) >> s), x >> s)
-        q = x >> s
-        r = x & ((1 << s) - 1)
-        half = 1 << (s - 1)
-        return q + self._one_if(z3.Or(r > half, z3.And(r == half, (q & 1) == 1)), x)
+            return z3.If(x < c(0), -((-x) >> c(s)), x >> c(s))
+        q = x >> c(s)
+        r = x & c((1 << s) - 1)
+        half = c(1 << (s - 1))
+        return q + self._one_if(z3.Or(r > half, z3.And(r == half, (q & c(1)) == c(1))), x)
 
     def round_div(self, num: Sym, den: Sym) -> Sym:
         """R-rounding of num / den for den > 0: signed division and remainder, exact."""
@@ -223,34 +245,42 @@ class SymFX:
         return self.lift2(num, den, fx.round_div, self._z_round_div)
 
     def _z_round_div(self, x, d):
+        def c(v):
+            return self.num(v, self._like(x))
+
         if self.theory == "int":
             fl, r = x / d, x % d  # SMT-LIB div/mod: for d > 0, fl = floor(x / d) and 0 <= r < d
-            odd = fl % 2 == 1
+            odd = fl % c(2) == c(1)
             if self.fx.rounding == "zero":
-                return z3.If(z3.And(x < 0, r != 0), fl + 1, fl)
+                return z3.If(z3.And(x < c(0), r != c(0)), fl + c(1), fl)
         else:
             qt, rt = x / d, z3.SRem(x, d)  # truncating division; rt has the sign of x
-            fl = z3.If(z3.And(rt != 0, x < 0), qt - 1, qt)
+            fl = z3.If(z3.And(rt != c(0), x < c(0)), qt - c(1), qt)
             if self.fx.rounding == "zero":
                 return qt
             r = x - fl * d  # in [0, d)
-            odd = (fl & 1) == 1
+            odd = (fl & c(1)) == c(1)
         if self.fx.rounding == "floor":
             return fl
-        return fl + self._one_if(z3.Or(2 * r > d, z3.And(2 * r == d, odd)), x)
+        return fl + self._one_if(z3.Or(c(2) * r > d, z3.And(c(2) * r == d, odd)), x)
 
     def _one_if(self, cond, like):
         """1 if cond else 0, in the sort of `like`."""
-        like = None if self.theory == "int" else like
+        like = self._like(like)
         return z3.If(cond, self.num(1, like), self.num(0, like))
 
     def sat(self, a: Sym) -> Sym:
         """Clamp to the code range; under overflow = error, record when it saturated."""
         fx = self.fx
         if fx.overflow == "error":
-            self.note(self.lift1(a, lambda t: (t < fx.lo) | (t > fx.hi), lambda x: z3.Or(x < fx.lo, x > fx.hi)))
-        return self.lift1(a, lambda t: np.clip(t, fx.lo, fx.hi),
-                          lambda x: z3.If(x < fx.lo, fx.lo, z3.If(x > fx.hi, fx.hi, x)))
+            self.note(self.lift1(a, lambda t: (t < fx.lo) | (t > fx.hi),
+                                 lambda x: z3.Or(x < self.num(fx.lo, self._like(x)),
+                                                 x > self.num(fx.hi, self._like(x)))))
+        return self.lift1(a, lambda t: np.clip(t, fx.lo, fx.hi), self._z_sat)
+
+    def _z_sat(self, x):
+        lo, hi = self.num(self.fx.lo, self._like(x)), self.num(self.fx.hi, self._like(x))
+        return z3.If(x < lo, lo, z3.If(x > hi, hi, x))
 
     def note(self, condition: Sym) -> None:
         if not (condition.is_const and not condition.value()):
@@ -263,11 +293,11 @@ class SymFX:
 
     def _z_exp(self, x, dmin: int, table: np.ndarray):
         # the table is a non-decreasing step function of d: one comparison per step
-        like = None if self.theory == "int" else x
+        like = self._like(x)
         expr = self.num(table[0], like)
         steps = np.flatnonzero(np.diff(table)) + 1  # table changes value at dmin + steps
         for i in steps:
-            expr = z3.If(x >= int(dmin + i), self.num(table[i], like), expr)
+            expr = z3.If(x >= self.num(dmin + i, like), self.num(table[i], like), expr)
         return expr
 
     # -- booleans -----------------------------------------------------------------------------
@@ -314,5 +344,5 @@ class SymFX:
         zi = self.z(idx)
         expr = self.z(ys[-1])
         for c in range(len(ys) - 2, -1, -1):
-            expr = z3.If(zi == c, self.z(ys[c]), expr)
+            expr = z3.If(zi == self.num(c, self._like(zi)), self.z(ys[c]), expr)
         return Sym(expr=expr)

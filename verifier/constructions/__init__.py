@@ -2,8 +2,8 @@
 
 A builder takes the task (its size parameters), the variant and the construction options:
 ``builder(task, variant=..., k=..., eta=..., seed=..., f=...)``.  ``f`` is the arithmetic's
-fractional bits: seed 004's printed scales depend on the precision through Kc, with
-N^-Kc = 2^-f (constructions.md 0.5).  A variant that cannot be built as printed is listed in
+fractional bits: Bhattamishra et al.'s printed scales depend on the precision through Kc,
+with N^-Kc = 2^-f (docs/constructions.md, "Conventions").  A variant that cannot be built as printed is listed in
 ``unbuildable`` with the reason, which is the error a user who asks for it gets.
 """
 
@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ..errors import InputError, UnbuildableError
 from ..model import Model
-from . import equality, index_lookup, nearest_neighbour, sparse_threshold
+from . import equality, icqa, index_lookup, memorization, nearest_neighbour, sparse_threshold
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Construction:
     variants: dict[str, str]  # variant -> what it is
     unbuildable: dict[str, str] = field(default_factory=dict)  # variant -> why it cannot be built
     default: str = "corrected"
+    options: tuple[str, ...] = ("variant", "k", "eta", "seed")  # the construction options it takes
 
     def build(self, task, variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
               seed: int = 0, f: Optional[int] = None) -> Model:
@@ -33,8 +34,13 @@ class Construction:
             raise UnbuildableError(f"{self.name} --variant {variant}: {self.unbuildable[variant]}")
         if variant not in self.variants:
             raise InputError(f"{self.name} has no variant {variant!r}; its variants: {', '.join(self.variants)}")
+        for option, value in (("k", k), ("eta", eta)):
+            if value is not None and option not in self.options:
+                raise InputError(f"the {self.name} construction has no parameter {option}")
         if k is not None and k < 1:
             raise InputError(f"k must be >= 1, got {k}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise InputError(f"--seed must be an integer >= 0, got {seed!r}")
         return self.builder(task, variant=variant, k=k, eta=eta, seed=seed, f=f)
 
 
@@ -49,13 +55,16 @@ _NEAREST_NEIGHBOUR = Construction("nearest_neighbour", nearest_neighbour.THEOREM
 
 CONSTRUCTIONS = {
     "index_lookup": Construction("index_lookup", index_lookup.THEOREM, _index_lookup,
-                                 {"corrected": "C.2 with W_Q as horizontal blocks (constructions.md Part C #11)"},
+                                 {"corrected": "C.2 with W_Q as horizontal blocks, like W_K (the printed W_Q is vertical)"},
                                  {"paper": index_lookup.UNBUILDABLE}),
     "equality": Construction("equality", equality.THEOREM, equality.build, equality.VARIANTS),
     "disjointness": _SPARSE_THRESHOLD,  # the instance I_i = {i, i+N/2}, g = AND, b = 0
     "sparse_threshold": _SPARSE_THRESHOLD,
     "nearest_neighbour": _NEAREST_NEIGHBOUR,
     "mqar": _NEAREST_NEIGHBOUR,  # keys, then a permutation of them as queries
+    "memorization": Construction("memorization", memorization.THEOREM, memorization.build, memorization.VARIANTS,
+                                 options=("variant",)),
+    "icqa": Construction("icqa", icqa.THEOREM, icqa.build, icqa.VARIANTS, default="paper", options=("variant",)),
 }
 
 __all__ = ["CONSTRUCTIONS", "Construction"]

@@ -1,4 +1,4 @@
-"""Equality with two layers (seed 004, Theorem 6, Appendix F.2; constructions.md A.2).
+"""Equality with two layers (Bhattamishra et al. 2024, arXiv:2406.09347, Theorem 6, Appendix F.2).
 
 Tokens are the bits; bit 0 embeds as -1 and bit 1 as +1 (F.2 remaps to {-1, 1}).  Slots:
 c0 the bit, c1 the retrieved bit, B3 = T(i), B4 = T(pi(i)) with pi(i) = i for i <= N/2 and
@@ -19,10 +19,10 @@ Variants (every difference from the paper, with its line):
     (ReLU(a - b) + ReLU(b - a)) / 2, which assumes the retrieved bit is exact.
   * Layer 2: "If Att(X)_N >= 1/N, then the FFN can output 1 and it can output 0 otherwise":
     INEQ = I[m >= 1/N], so EQ = I[-m > -1/N].
-  * Typos fixed because nothing can be built otherwise (constructions.md Part C #3): d = 3 + 2k,
+  * Typos fixed because nothing can be built otherwise: d = 3 + 2k,
     not 2 + 2k; Q = eta [T(pi(i)), 1] for i > N/2 too (printed without the 1); the 4th block is
     T(i - N/2) after retrieval (printed T(i)).
-``corrected`` -- constructions.md A.2 option (b), soft attention and a robust FFN.
+``corrected`` -- soft attention with a derived scale, and a robust FFN.
   * T: Hadamard rows for small N (exactly orthogonal), else random signs checked <= 1/4.
   * eta = 2 ln(3(N - 1)): the target weight is >= 3/4 under Cor 8.1 (with exact T, far more).
   * XOR = ReLU(a-b-1/2) - ReLU(a-b-3/2) + ReLU(b-a-1/2) - ReLU(b-a-3/2): exactly 0 or 1 as long as
@@ -32,7 +32,7 @@ Variants (every difference from the paper, with its line):
     EQ = I[-m > 0].  The threshold then scales with the computed weight R(1/N) instead of sitting at
     a fixed 1/N, which no rounding of R(1/N) can meet exactly (the paper's threshold has no slack).
 Both add slots g and m because the layers are residual (the paper writes the XOR into the first
-coordinate; the residual version is equivalent, constructions.md 0.2).
+coordinate; the residual version is equivalent, docs/constructions.md, "Conventions").
 """
 
 from __future__ import annotations
@@ -41,14 +41,16 @@ import math
 
 import numpy as np
 
+from ..budget import require_weights
 from ..errors import InputError
 from ..model import Head, Layer, Model, Readout
+from ..papers import BHATTAMISHRA_2024
 from .sign_vectors import corollary_81, sign_vectors
 
-THEOREM = "seed 004, Theorem 6, Appendix F.2"
+THEOREM = BHATTAMISHRA_2024.cite("Theorem 6, Appendix F.2")
 VARIANTS = {
     "paper": "F.2 as printed: eta = ln N + Kc ln 2N, Cor 8.1 T, exact XOR FFN, OR threshold at 1/N",
-    "corrected": "A.2 option (b): eta = 2 ln(3(N-1)), robust 4-unit XOR FFN, OR threshold at 1/2 feature",
+    "corrected": "eta = 2 ln(3(N-1)), robust 4-unit XOR FFN, OR threshold at 1/2 feature",
 }
 
 
@@ -83,6 +85,8 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
           f: int | None = None) -> Model:
     N = task.N
     paper = variant == "paper"
+    if k is not None:
+        require_weights(f"equality with k={k}", 2 * k + 6, N + 2 * k + 16)
     sv = corollary_81(N, k, seed) if paper else sign_vectors(N, k, seed)
     T = sv.T
     k = T.shape[1]
@@ -90,6 +94,7 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     c0, c1, B3, B4, cst, g, m = 0, 1, slice(2, 2 + k), slice(2 + k, 2 + 2 * k), 2 + 2 * k, 3 + 2 * k, 4 + 2 * k
     ref = 5 + 2 * k
     d = ref + (0 if paper else 1)
+    require_weights(f"equality at N={N}", d, N + 2 * k + 16)
     eta_value, rule = scale(eta, paper, N, f, retrieval_eta(N), "2 ln(3(N-1))")
 
     E = np.zeros((2, d))

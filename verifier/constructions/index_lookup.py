@@ -1,14 +1,14 @@
-"""Index lookup with one layer and one head (seed 004, Theorem 1, Appendix C.2; constructions.md A.1).
+"""Index lookup with one layer and one head (Bhattamishra et al. 2024, arXiv:2406.09347, Theorem 1,
+Appendix C.2).
 
 Embeddings, d = b + 2k with b = ceil(log2 sigma) and slots R = [0, b), I = [b, b+k), P = [b+k, d):
 symbol s at position i is [rho(s), 0_k, T(i)]; the index token #p is [0_b, T(p), 0_k] and gets no
 positional vector (P_mask).  One head: W_Q = eta [0, I, 0], W_K = [0, 0, I], W_V = [I_b, 0, 0], so
 the logit of the query #p against position i is eta <T(p), T(i)> and 0 against itself.  W_O writes
-the head output z_bar into slot R.  No residual: the layer is seed 004's psi(M-Att(X)).
+the head output z_bar into slot R.  No residual: the layer is the paper's psi(M-Att(X)).
 
 Where we depart from or complete the paper:
-* W_Q is printed eta[O; I; O] (vertical) but must be horizontal blocks like W_K (constructions.md
-  Part C #11).
+* W_Q is printed eta[O; I; O] (vertical) but must be horizontal blocks like W_K.
 * rho is bit j of the symbol index (the paper leaves the binary code open).
 * The FFN the paper only describes ("a ReLU-FFN can act as a threshold function") is, per bit,
   out_j = ReLU(2 z_j - 1/2) - ReLU(2 z_j - 3/2): 0 for z_j <= 1/4, 1 for z_j >= 3/4.
@@ -26,15 +26,17 @@ import math
 
 import numpy as np
 
+from ..budget import require_weights
 from ..errors import InputError
 from ..model import Head, Layer, Model, Readout
+from ..papers import BHATTAMISHRA_2024
 from ..tasks.index_lookup import symbol_names
 from .sign_vectors import sign_vectors
 
-THEOREM = "seed 004, Theorem 1, Appendix C.2"
+THEOREM = BHATTAMISHRA_2024.cite("Theorem 1, Appendix C.2")
 UNBUILDABLE = ("C.2 prints W_Q = eta [O; I; O] (blocks stacked vertically) against W_K = [O, O, I]: the "
-               "query map does not have the key map's shape, so <Q x, K x'> is undefined as printed "
-               "(constructions.md Part C #11). The only variant is 'corrected' (horizontal blocks).")
+               "query map does not have the key map's shape, so <Q x, K x'> is undefined as printed. "
+               "The only variant is 'corrected' (horizontal blocks).")
 
 
 def paper_eta(N: int) -> float:
@@ -49,11 +51,14 @@ def build(N: int, sigma: int = 2, k: int | None = None, eta: float | None = None
         raise InputError(f"k must be >= 1, got {k}")
     if eta is not None and not math.isfinite(eta):
         raise InputError(f"eta must be a finite number, got {eta}")
+    b = max(1, math.ceil(math.log2(sigma)))
+    if k is not None:  # the only size a user sets directly: refuse it before building T
+        require_weights(f"index_lookup with k={k}", b + 2 * k, sigma + 2 * N + 4 * k + 6 * b)
     sv = sign_vectors(N, k, seed)
     T = sv.T
     k = T.shape[1]
-    b = max(1, math.ceil(math.log2(sigma)))
     d = b + 2 * k
+    require_weights(f"index_lookup at N={N}", d, sigma + 2 * N + 4 * k + 6 * b)
     R, I, P = slice(0, b), slice(b, b + k), slice(b + k, d)
     eta_value = paper_eta(N) if eta is None else float(eta)
     rho = (np.arange(sigma)[:, None] >> np.arange(b)[None, :]) & 1  # (sigma, b)

@@ -1,5 +1,5 @@
-"""Nearest neighbour (and MQAR) with two layers (seed 004, Theorem 7, Appendix G.2;
-constructions.md A.4).
+"""Nearest neighbour (and MQAR) with two layers (Bhattamishra et al. 2024, arXiv:2406.09347,
+Theorem 7, Appendix G.2).
 
 Positions q = 1..2k-1 (1-based); x_i sits at q = 2i - 1 and y_i at q = 2i.  Slots: X (d'), Y,
 C (+1 on vectors, -2 on labels), B4 = T(q), B5 = T(q + 1) on vectors and T(q) on labels, B6
@@ -9,12 +9,12 @@ z_{2i} = [0, y_i, -2, T(2i), T(2i), 0]: the token gives X, Y, C; the position gi
 * Layer 1 (find the nearest neighbour, fetch the address of its label):
   Q = eta [X, C, -10 B4], K = [X, 3 C, B4], V = 2 sqrt(r) B5 written into B6; the FFN clips B6 to
   [-1, 1] (sigma(a) = ReLU(a + 1) - ReLU(a - 1) - 1, in residual form), giving T_s(2 j*).
-  eta = (5 / (4 gamma)) ln(18 N), as printed (constructions.md: correct, natural log).
+  eta = (5 / (4 gamma)) ln(18 N), as printed (correct with the natural log).
 * Layer 2 (fetch the label): K = B4, V = Y written into Y (0 at the query), Q from B6.
 * Readout: one threshold bit, y_hat = I[Y > 1/2].
 Causal attention: the paper evaluates every prefix; with the mask one pass gives them all.
 
-Variants (constructions.md Part C #4, #5, #6):
+Variants:
 
 ``literal`` -- cannot be built: see UNBUILDABLE.
 ``paper`` -- the closest buildable reading of G.2:
@@ -25,7 +25,7 @@ Variants (constructions.md Part C #4, #5, #6):
   * T: width O(log N) as the size claim needs, i.e. Corollary 8.1's 1/4-orthogonal vectors; the
     proof's |<T(i), T(j)>| <= gamma/100 does not hold at that width.
   * The paper's final "apply sigma" does not turn a label in [0, 1] into a bit; we threshold at 1/2.
-``corrected`` -- constructions.md A.4:
+``corrected``:
   * T: Hadamard rows of order 2^ceil(log2 2N) (exactly orthogonal), whatever gamma; a given --k
     gives random signs, with the gamma/100 Gram condition checked and reported.
   * Layer 2: Q = eta2 T(2 j*) (read B6, scale eta2 / sqrt(r)), eta2 = ln(18 N) / (1 - gamma/50):
@@ -38,17 +38,19 @@ import math
 
 import numpy as np
 
+from ..budget import require_weights
 from ..model import Head, Layer, Model, Readout
+from ..papers import BHATTAMISHRA_2024
 from .sign_vectors import corollary_81, sign_vectors
 
-THEOREM = "seed 004, Theorem 7, Appendix G.2"
+THEOREM = BHATTAMISHRA_2024.cite("Theorem 7, Appendix G.2")
 VARIANTS = {
     "paper": "G.2 as printed where linear: K label entry 3C = -6, layer-2 Q = (1/r) T_s, Cor 8.1 T",
     "corrected": "A.4: Hadamard T, layer-2 Q = eta2 T(2j*), eta2 = ln(18N)/(1 - gamma/50)",
 }
 UNBUILDABLE = ("G.2 prints the keys K(z_{2i-1}) = [x_i, 3, T(2i-1)] and K(z_{2i}) = [0, -2.3, T(2i)]. A key map "
                "is linear in z, so its middle entry is a C + b Y: 3 on inputs (C = 1, Y = 0) forces a = 3, and "
-               "then a label with y_i = 0 (C = -2) gets -6, never -2.3 (constructions.md Part C #4). The closest "
+               "then a label with y_i = 0 (C = -2) gets -6, never -2.3. The closest "
                "buildable reading is --variant paper (middle entry 3 C).")
 
 
@@ -65,6 +67,8 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     N, gamma, codebook = task.N, task.gamma, task.codebook
     paper = variant == "paper"
     count = 2 * N
+    if k is not None:
+        require_weights(f"{task.name} with k={k}", codebook.shape[1] + 2 + 3 * k, len(codebook) + 2 * N + 14 * k)
     if paper:
         sv = corollary_81(count, k, seed)
     else:
@@ -77,6 +81,7 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     B4, B5, B6 = (slice(dx + 2 + j * r, dx + 2 + (j + 1) * r) for j in range(3))
     d = dx + 2 + 3 * r
     V = len(codebook)
+    require_weights(f"{task.name} at N={N}", d, V + 2 * N + 14 * r)
     eta1 = layer1_eta(N, gamma) if eta is None else float(eta)
     eta2 = layer2_eta(N, gamma)
 

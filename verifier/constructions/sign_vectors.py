@@ -1,10 +1,12 @@
-"""Near-orthogonal sign vectors T(1..N) (seed 004, Lemma 2 and Corollary 8.1; constructions.md 0.4).
+"""Near-orthogonal sign vectors T(1..N) (Bhattamishra et al. 2024, arXiv:2406.09347, Lemma 2 and
+Corollary 8.1).
 
 Entries are +-1/sqrt(k), so <T(i), T(i)> = 1 exactly and only the off-diagonal Gram condition
 <T(i), T(j)> <= thresh (Cor 8.1: 1/4) needs checking.  Departure from the paper: Lemma 2's
 k = (8/gamma^2) ln 2N random signs are far wider than needed at the sizes we can check, so we use
 rows of a Sylvester Hadamard matrix (exactly orthogonal, k = 2^ceil(log2 N)) whenever that is no
-wider than the random rule of thumb k = 64 ln N (constructions.md 0.4), and otherwise seeded
+wider than the random rule of thumb k = 64 ln N (docs/constructions.md, "Conventions"), and
+otherwise seeded
 random signs, resampled until the Gram condition holds.
 """
 
@@ -14,6 +16,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..budget import require_memory
 
 _TRIES = 100
 
@@ -29,13 +33,16 @@ class SignVectors:
     def describe(self) -> dict:
         seed = {} if self.seed is None else {"T_seed": self.seed}
         return {"T": self.kind, "k": int(self.T.shape[1]), **seed,
-                "gram_max_offdiag": round(self.max_offdiag, 12), "gram_ok": self.ok}
+                # one vector has no off-diagonal entry (None, so that the metadata stays strict JSON)
+                "gram_max_offdiag": round(self.max_offdiag, 12) if math.isfinite(self.max_offdiag) else None,
+                "gram_ok": self.ok}
 
 
 def hadamard(k: int) -> np.ndarray:
     """Sylvester's Hadamard matrix of order k (a power of two), entries +-1."""
     if k < 1 or k & (k - 1):
         raise ValueError(f"Hadamard order must be a power of two, got {k}")
+    require_memory(3 * 8.0 * k * k, f"a Hadamard matrix of order {k}")
     H = np.ones((1, 1), dtype=np.int64)
     while H.shape[0] < k:
         H = np.block([[H, H], [H, -H]])
@@ -74,6 +81,7 @@ def sign_vectors(count: int, k: int | None = None, seed: int = 0, thresh: float 
 
 def _random(count: int, k: int, seed: int, thresh: float, two_sided: bool) -> SignVectors:
     """Seeded i.i.d. signs; seeds seed, seed+1, ... until the Gram check passes (else the best)."""
+    require_memory(4 * 8.0 * count * max(count, k), f"{count} random sign vectors of width {k}")
     best = None
     for s in range(seed, seed + _TRIES):
         T = np.random.default_rng(s).choice([-1.0, 1.0], size=(count, k)) / math.sqrt(k)
@@ -86,7 +94,7 @@ def _random(count: int, k: int, seed: int, thresh: float, two_sided: bool) -> Si
 
 
 def corollary_81(count: int, k: int | None = None, seed: int = 0) -> SignVectors:
-    """T as the printed constructions take it (seed 004, Corollary 8.1): seeded random signs with
+    """T as the printed constructions take it (Bhattamishra et al. 2024, Corollary 8.1): seeded random signs with
     <T(i), T(j)> <= 1/4, at the smallest width k >= 4 where a seed in seed..seed+99 passes (or the
     given k).  Unlike Hadamard rows, such T meet the 1/4 bound with equality at some pair, which is
     the worst case the printed proofs must cover."""

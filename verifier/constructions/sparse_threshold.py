@@ -1,5 +1,5 @@
-"""Thresholds of s-sparse features with two layers (seed 004, Theorem 13, Appendix F.3;
-constructions.md A.3).  Also builds disjointness, the instance I_i = {i, i + N/2}, g = AND, b = 0.
+"""Thresholds of s-sparse features with two layers (Bhattamishra et al. 2024, arXiv:2406.09347,
+Theorem 13, Appendix F.3).  Also builds disjointness, the instance I_i = {i, i + N/2}, g = AND, b = 0.
 
 Input: BOS at position 0, then the bits x_1..x_N as -1/+1.  Slots: c0 the bit, A = T(i), blocks
 B_1..B_s = T(I_i^1), ..., T(I_i^s) (padded with T(0), the BOS position), cst = 1, z_1..z_s the
@@ -12,23 +12,23 @@ retrieved bits, (corrected only) t the truth table of g_{I_i}, g the feature, m 
 
 Variants:
 
-``paper`` -- F.3 as printed, with what it leaves open copied from F.2 as constructions.md A.3 says:
+``paper`` -- F.3 as printed, with what it leaves open copied from F.2:
   * BOS carries the value 0 ("will contain 0 for the [BOS] token").
   * Query bias and scale: F.3 gives only "the query vector contains the j-th block"; we take
     F.2's [T, 1] / [T, -1/2] and F.2's printed eta = ln N + Kc ln 2N (Kc = f / log2 N).
   * T: Corollary 8.1's 1/4-orthogonal vectors.
   * FFN: "the feedforward network can then compute the function g_{I_i}(x) at every position" --
-    but one FFN is shared by every position (constructions.md Part C #10), so as printed it can
+    but one FFN is shared by every position, so as printed it can
     only compute one g.  We build it when every non-empty feature has s bits and the same g (the
     pattern sum over u with g(u) = 1 of ReLU(<u, z> - (s - 1)), exact on +-1), and refuse other
     instances with an error.
   * Layer 2: "subtract b/(N+1) and implement a threshold": output 1 iff m > b/(N+1).
-``corrected`` -- constructions.md A.3's proposal, with one hidden layer:
+``corrected`` -- truth tables in the embedding, with one hidden layer:
   * BOS carries +1, so padded heads read +1; each position holds the truth table t_i of its g
     over {-1,1}^s with padded coordinates fixed at +1 (all 0 for BOS and empty features).
   * FFN: one unit per u in {-1,1}^s, ReLU(<u, z> + s t_i[u] - (2s - 1)): 1 when z = u and
     t_i[u] = 1, 0 otherwise, and within 2 s delta of that when each z_h is within 2 delta.
-    (Departure: A.3 rounds z first with a second hidden layer; we instead make delta small.)
+    (One could round z first with a second hidden layer; we instead make delta small.)
   * eta = (4/3) ln(8 s N (N+1)): the scores are >= 1/2 at the target and <= -1/4 elsewhere under
     Cor 8.1, so the target weight is >= 1 - delta with delta = 1/(8 s (N+1)), and the N features
     err by less than 1/4 in total.
@@ -46,15 +46,17 @@ import math
 
 import numpy as np
 
+from ..budget import require_weights
 from ..errors import UnbuildableError
 from ..model import Head, Layer, Model, Readout
+from ..papers import BHATTAMISHRA_2024
 from .equality import scale
 from .sign_vectors import corollary_81, sign_vectors
 
-THEOREM = "seed 004, Theorem 13, Appendix F.3"
+THEOREM = BHATTAMISHRA_2024.cite("Theorem 13, Appendix F.3")
 VARIANTS = {
     "paper": "F.3 as printed: BOS value 0, F.2's printed eta, Cor 8.1 T, one shared exact g, threshold at b/(N+1)",
-    "corrected": "A.3: BOS value +1, truth tables in the embedding, eta = (4/3) ln(8sN(N+1)), BOS-referenced threshold",
+    "corrected": "BOS value +1, truth tables in the embedding, eta = (4/3) ln(8sN(N+1)), BOS-referenced threshold",
 }
 
 
@@ -76,8 +78,10 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     if paper and shared is None:
         raise UnbuildableError("sparse_threshold --variant paper: F.3 computes every feature with one FFN shared by "
                          "all positions, so as printed it can only compute one g of s bits; this instance has "
-                         "features of different sizes or functions (constructions.md Part C #10). Use "
+                         "features of different sizes or functions. Use "
                          "--variant corrected, or an instance with one g (--shared-g)")
+    if k is not None:
+        require_weights(f"{task.name} with k={k}", (s + 1) * k + 2 ** s + s + 4, N + 2 * s * k + 2 ** (s + 1) + 8)
     sv = corollary_81(N + 1, k, seed) if paper else sign_vectors(N + 1, k, seed)
     T = sv.T  # row i is T(i), i = 0..N
     r = T.shape[1]
@@ -90,6 +94,7 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     t = slice(cst + 1 + s, cst + 1 + s + n_t)
     g, m, ref = cst + 1 + s + n_t, cst + 2 + s + n_t, cst + 3 + s + n_t
     d = ref + (0 if paper else 1)
+    require_weights(f"{task.name} at N={N}", d, N + 2 * s * r + 2 ** (s + 1) + 8)
     eta_value, rule = scale(eta, paper, N, f, corrected_eta(N, s), "(4/3) ln(8 s N (N+1))",
                             "F.2's ln N + Kc ln 2N")
 

@@ -12,6 +12,7 @@ from typing import Callable, Optional, Protocol
 import numpy as np
 
 from ..arithmetic import FixedPoint
+from ..budget import Deadline
 from ..model import Model
 from ..tasks import Task
 
@@ -28,7 +29,7 @@ class Problem:
 @dataclass
 class RunOptions:
     max_counterexamples: int = 1
-    timeout: Optional[float] = None  # seconds; past it the verdict is unknown
+    deadline: Deadline = field(default_factory=Deadline)  # past it the verdict is unknown
     start: int = 0  # the range of the task's enumeration to cover
     stop: Optional[int] = None
     workers: Optional[int] = None  # None: both cores for large spaces
@@ -59,6 +60,7 @@ class EngineResult:
 
 class Engine(Protocol):
     name: str
+    symbolic: bool  # its proofs are not evaluations of every input: `api` sample-checks them
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         """Why this engine cannot run the problem, or None."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+from .. import interrupts
 from ..evaluator import Evaluator
 from .base import EngineResult, Found, Problem, RunOptions
 
@@ -43,7 +43,7 @@ def _check(start: int, stop: int) -> _Chunk:
     found: list[Found] = []
     best, tightest = math.inf, None
     for batch in task.batches(start, stop, lambda L: ev_batch_size(ev, L)):
-        if not len(batch.tokens):  # every input of the range was filtered out (seed 004's margin)
+        if not len(batch.tokens):  # every input of the range was filtered out (a margin filter)
             continue
         out = ev.forward(batch.tokens)
         margins = ev.margins(out, batch.expected)
@@ -78,12 +78,9 @@ def ev_batch_size(ev: Evaluator, L: int) -> int:
     return int(min(1 << 16, max(16, (1 << 22) // max(cost, 1))))
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class Exhaustive:
     name = "exhaustive"
+    symbolic = False
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         total = problem.task.total
@@ -112,20 +109,16 @@ class Exhaustive:
                 opts.progress(result.covered, stop - start)
             return len(result.found) >= opts.max_counterexamples
 
-        def deadline() -> Optional[float]:
-            return None if opts.timeout is None else opts.timeout - (time.monotonic() - t0)
-
         try:
             if workers == 1:
                 for a, b in chunks:
-                    left = deadline()
-                    if left is not None and left <= 0:
+                    if opts.deadline.expired():
                         result.status = "timeout"
                         break
                     if take(_check(a, b)):
                         break
             else:
-                self._parallel(chunks, workers, take, deadline, result)
+                self._parallel(chunks, workers, take, opts.deadline, result)
         except KeyboardInterrupt:
             result.status = "interrupted"
         result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
@@ -135,7 +128,7 @@ class Exhaustive:
 
     @staticmethod
     def _parallel(chunks, workers, take, deadline, result) -> None:
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_ignore_sigint)
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
         pending = []
         it = iter(chunks)
         try:
@@ -144,7 +137,7 @@ class Exhaustive:
                 if len(pending) >= 2 * workers:
                     break
             while pending:
-                left = deadline()
+                left = deadline.left()
                 if left is not None and left <= 0:
                     result.status = "timeout"
                     return

@@ -17,6 +17,7 @@ from typing import Optional
 import numpy as np
 import z3
 
+from ..budget import TimedOut
 from ..encoding import encode
 from ..errors import InternalError
 from ..evaluator import Evaluator
@@ -29,6 +30,7 @@ class Smt:
     """``theory``: "bv" (QF_BV, the default: it was the faster, see docs/smt-encoding.md) or "int"."""
 
     name = "smt"
+    symbolic = True
 
     def __init__(self, theory: str = "bv"):
         self.theory = theory
@@ -49,14 +51,12 @@ class Smt:
                  "decided_by_evaluation": 0, "decided_by_solver": 0, "solver_seconds": 0.0, "unfinished_case": None}
         totals: dict[str, float] = {}
         exact_margin = True  # every case's readout margin was a table
+        case = None
         try:
             for case in task.cases():
-                left = None if opts.timeout is None else opts.timeout - (time.monotonic() - t0)
-                if left is not None and left <= 0:
-                    result.status, stats["unfinished_case"] = "timeout", case.name
-                    break
+                opts.deadline.check()
                 stats["cases"] += 1
-                enc = encode(ev, case, self.theory)
+                enc = encode(ev, case, self.theory, opts.deadline)
                 want = opts.max_counterexamples - len(result.found)
                 found_margins = enc.margins()
                 if found_margins is None:
@@ -73,11 +73,12 @@ class Smt:
                 else:
                     stats["decided_by_solver"] += 1
                     ts = time.monotonic()
-                    inputs, status = self._solve(enc, want, left, totals)
+                    inputs, status = self._solve(enc, want, opts.deadline.left(), totals)
                     stats["solver_seconds"] += time.monotonic() - ts
-                    if status == "unknown":  # out of time, or z3 gave up (possible with integers)
-                        result.status = "timeout" if left is not None else "incomplete"
+                    if status != "sat" and status != "unsat":  # out of time, or z3 gave up
+                        result.status = "timeout" if status == "timeout" else "incomplete"
                         stats["unfinished_case"] = case.name
+                        stats["solver_reason"] = status
                         result.found.extend(self._found(ev, task, enc, inputs))
                         break
                 result.found.extend(self._found(ev, task, enc, inputs))
@@ -86,8 +87,10 @@ class Smt:
                 result.covered += case.count
                 if opts.progress:
                     opts.progress(result.covered, task.total)
+        except TimedOut:
+            result.status, stats["unfinished_case"] = "timeout", case.name if case is not None else None
         except KeyboardInterrupt:
-            result.status = "interrupted"
+            result.status, stats["unfinished_case"] = "interrupted", case.name if case is not None else None
         if not exact_margin:  # a margin over some cases only would mislead
             result.min_margin = result.tightest = None
         elif result.min_margin is not None:
@@ -117,6 +120,11 @@ class Smt:
 
     @staticmethod
     def _solve(enc, want: int, left: Optional[float], totals: dict) -> tuple[list[list[int]], str]:
+        """Up to `want` failing inputs of the case, and "unsat" (no more), "sat" (found `want`),
+        "timeout", or z3's reason for answering unknown.  z3 catches SIGINT itself and answers
+        unknown; that is raised here as the KeyboardInterrupt it was."""
+        if left is not None and left <= 0:
+            return [], "timeout"
         S = enc.sfx
         solver = z3.SolverFor("QF_BV") if S.theory == "bv" else z3.Solver()
         if left is not None:
@@ -133,7 +141,10 @@ class Smt:
             if answer == z3.unsat:
                 return found, "unsat"
             if answer == z3.unknown:
-                return found, "unknown"
+                why = solver.reason_unknown()
+                if "interrupted" in why:
+                    raise KeyboardInterrupt
+                return found, "timeout" if why in ("timeout", "canceled") else why or "unknown"
             model = solver.model()
             tokens = [int(d[0]) if tv is None else model.eval(tv, model_completion=True).as_long()
                       for tv, d in zip(S.tokens, enc.case.domains)]

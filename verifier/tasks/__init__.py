@@ -5,11 +5,14 @@ from __future__ import annotations
 from ..errors import InputError
 from .base import Batch, Case, Task, TaskOption, flag
 from .boolean import Disjointness, Equality, SparseThreshold
+from .icqa import Icqa
 from .index_lookup import IndexLookup
+from .memorization import Memorization
 from .nearest_neighbour import Mqar, NearestNeighbour
 
 TASKS = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,
-         "sparse_threshold": SparseThreshold, "nearest_neighbour": NearestNeighbour, "mqar": Mqar}
+         "sparse_threshold": SparseThreshold, "nearest_neighbour": NearestNeighbour, "mqar": Mqar,
+         "memorization": Memorization, "icqa": Icqa}
 ALIASES = {"idxl": "index_lookup"}
 
 
@@ -38,4 +41,4 @@ def make_task(name: str, N: int, **params) -> Task:
 
 
 __all__ = ["Batch", "Case", "Task", "TaskOption", "IndexLookup", "Equality", "SparseThreshold", "Disjointness",
-           "NearestNeighbour", "Mqar", "TASKS", "make_task", "canonical", "task_options", "flag"]
+           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TASKS", "make_task", "canonical", "task_options", "flag"]

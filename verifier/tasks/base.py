@@ -39,12 +39,14 @@ def flag(name: str) -> str:
 
 @dataclass(frozen=True)
 class TaskOption:
-    """A size parameter of a task besides N (the CLI shows it as `flag`)."""
+    """A parameter of a task besides N (the CLI shows it as `flag`).  A `path` option names a file,
+    which a spec gives relative to itself."""
 
     name: str
     type: type
     default: Any
     help: str
+    path: bool = False
 
     @property
     def flag(self) -> str:
@@ -82,6 +84,10 @@ class Task(Protocol):
     def decode(self, index: int) -> np.ndarray: ...
 
     def answer(self, tokens: np.ndarray) -> int: ...
+
+    def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Batched ground truth: (answers, valid) for token sequences (B, L) of one length; `valid`
+        says which rows are inputs of the task (answers of the others are meaningless)."""
 
     def answer_name(self, answer: int) -> str: ...
 

@@ -1,11 +1,11 @@
-"""Boolean functions on {0,1}^N (seed 004, Sections 4.2 and F; constructions.md A.2, A.3).
+"""Boolean functions on {0,1}^N (Bhattamishra et al. 2024, arXiv:2406.09347, Sections 4.2 and F).
 
 * `Equality`: EQ(x) = 1 iff x_1..x_{N/2} = x_{N/2+1}..x_N (Theorem 6).  Tokens: the N bits.
 * `SparseThreshold`: Th_b(g_{I_1}(x), ..., g_{I_N}(x)) = I[sum_i g_{I_i}(x) - b > 0], each g_{I_i}
   a Boolean function of the bits x_{I_i}, |I_i| <= s, g of the empty set = 0 (Theorem 13).
   Tokens: BOS, then the N bits (F.3 prepends BOS).  An instance comes from a seed or a JSON file.
 * `Disjointness`: the instance I_i = {i, i + N/2}, g = AND, b = 0 of `SparseThreshold`, i.e. the
-  paper's Disj(x, y) = max_i x_i y_i: **1 means the two halves intersect**, as in seed 004 F.3.
+  paper's Disj(x, y) = max_i x_i y_i: **1 means the two halves intersect**, as in the paper's Appendix F.3.
 
 Every input space is {0,1}^N, enumerated as the binary number x_1 x_2 ... x_N (x_1 most
 significant).  The readout is one threshold bit: the answer.
@@ -13,14 +13,15 @@ significant).  The readout is one threshold bit: the answer.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from ..budget import require_memory
 from ..errors import InputError
+from ..schema import load_json
 from .base import TaskOption
 from .product import ProductTask
 
@@ -36,6 +37,7 @@ class _BooleanTask(ProductTask):
     def _setup(self) -> None:
         if not isinstance(self.N, int) or self.N < 1:
             raise InputError(f"N must be an integer >= 1, got {self.N!r}")
+        require_memory(200.0 * self.N, f"{self.name} at N={self.N}")  # per-position domains and features
         self.vocab = ["0", "1"] + (["BOS"] if self.bos else [])
         self.space = [("x in {0,1}^N", ([np.array([2])] if self.bos else []) + [BITS] * self.N)]
         self._layout()
@@ -117,29 +119,46 @@ def random_instance(N: int, s: int, seed: int, shared_g: bool) -> Instance:
     return Instance(features, b, f"seed {seed}" + (", shared g" if shared_g else ""))
 
 
+INSTANCE_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "a sparse-threshold instance: Th_b(g_I1(x), ..., g_IN(x)) (sparse_threshold --instance)",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["b", "features"],
+    "properties": {
+        "b": {"type": "number", "description": "the threshold: the answer is 1 iff sum_i g_Ii(x) > b"},
+        "features": {"type": "array", "description": "at most N features; missing ones are empty (g = 0)",
+                     "items": {"type": "object", "additionalProperties": False, "required": ["I", "g"],
+                               "properties": {
+                                   "I": {"type": "array", "uniqueItems": True,
+                                         "items": {"type": "integer", "minimum": 1},
+                                         "description": "1-based bit indices, distinct"},
+                                   "g": {"type": "array", "minItems": 1,
+                                         "items": {"type": "integer", "minimum": 0, "maximum": 1},
+                                         "description": "truth table over x_I, x_I[0] most significant"}}}},
+    },
+}
+
+
 def load_instance(path: str, N: int) -> Instance:
-    """A JSON instance: {"b": 1, "features": [{"I": [1, 5], "g": [0, 1, 1, 0]}, ...]} (at most N)."""
-    try:
-        data = json.loads(Path(path).read_text())
-        b = float(data["b"])
-        raw = data["features"]
-        features = [(tuple(int(i) for i in f["I"]), np.asarray(f["g"], dtype=np.int64)) for f in raw]
-    except OSError as exc:
-        raise InputError(f"cannot read instance {path}: {exc.strerror}") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"instance {path} is not valid: expected {{'b': number, 'features': [{{'I': [...], "
-                         f"'g': [...]}}, ...]}} ({type(exc).__name__}: {exc})") from None
-    if len(features) > N:
-        raise InputError(f"instance {path} has {len(features)} features; at most N = {N}")
-    for n, (I, g) in enumerate(features, 1):
-        if len(set(I)) != len(I) or any(not 1 <= i <= N for i in I):
-            raise InputError(f"instance {path}: feature {n} has indices {list(I)}; need distinct indices in 1..{N}")
-        if len(g) != 1 << len(I) or not np.isin(g, (0, 1)).all():
-            raise InputError(f"instance {path}: feature {n}: g needs {1 << len(I)} entries in {{0, 1}}")
+    """A JSON instance (INSTANCE_SCHEMA): {"b": 1, "features": [{"I": [1, 5], "g": [0, 1, 1, 0]}, ...]}."""
+    data = load_json(path, INSTANCE_SCHEMA, "instance")
+    source = f"instance {path}"
+    if len(data["features"]) > N:
+        raise InputError(f"{source}: features: {len(data['features'])} features; at most N = {N}")
+    features = []
+    for n, f in enumerate(data["features"]):
+        I, g = tuple(f["I"]), np.asarray(f["g"], dtype=np.int64)
+        if any(i > N for i in I):
+            raise InputError(f"{source}: features[{n}].I: indices must be in 1..{N}, got {list(I)}")
+        if len(g) != 1 << len(I):
+            raise InputError(f"{source}: features[{n}].g: expected {1 << len(I)} entries (2^|I|), got {len(g)}")
         if not I and g[0] != 0:
-            raise InputError(f"instance {path}: feature {n}: g of the empty set must be 0 (seed 004, F.3)")
+            raise InputError(f"{source}: features[{n}].g: g of the empty set must be 0 "
+                             f"(Bhattamishra et al. 2024, Appendix F.3)")
+        features.append((I, g))
     features += [((), np.zeros(1, np.int64))] * (N - len(features))
-    return Instance(features, b, str(path))
+    return Instance(features, data["b"], str(path))
 
 
 @dataclass
@@ -154,7 +173,7 @@ class SparseThreshold(_BooleanTask):
     bos = True
     OPTIONS = (
         TaskOption("s", int, 2, "Sparsity: bits per feature (random instances)."),
-        TaskOption("instance", str, None, "Instance file (JSON: b and the features I, g)."),
+        TaskOption("instance", str, None, "Instance file (JSON: b and the features I, g).", path=True),
         TaskOption("instance_seed", int, 0, "Seed of the random instance."),
         TaskOption("shared_g", bool, False, "Random instance with one g for every feature (sizes 0 or s)."),
     )
@@ -166,6 +185,8 @@ class SparseThreshold(_BooleanTask):
         else:
             if not isinstance(self.s, int) or not 1 <= self.s <= 6:
                 raise InputError(f"s (sparsity) must be an integer in 1..6, got {self.s!r}")
+            if not isinstance(self.instance_seed, int) or self.instance_seed < 0:
+                raise InputError(f"--instance-seed must be an integer >= 0, got {self.instance_seed!r}")
             self.inst = random_instance(self.N, self.s, self.instance_seed, self.shared_g)
         self.s = max(1, self.inst.s)
 
@@ -190,10 +211,14 @@ class SparseThreshold(_BooleanTask):
         return (total > self.inst.b).astype(np.int64), np.ones(len(tokens), bool)
 
     def case_truth(self, c):
+        # the sum of the N features lies in 0..N, so "sum > b" is "sum > floor(b)" with floor(b)
+        # clamped to -1..N: exact, and the constant fits any encoding of the sum (b may be 2^35)
+        bound = min(max(math.floor(self.inst.b), -1), self.N)
+
         def truth(S):
             feats = [S.func([self.bit_position(i) for i in I], g.reshape((2,) * len(I)))
                      for I, g in self.inst.features]
-            return S.as_int(S.gt(S.total(feats), S.const(int(np.floor(self.inst.b)))))
+            return S.as_int(S.gt(S.total(feats), S.const(bound)))
         return truth
 
 

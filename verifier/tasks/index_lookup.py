@@ -1,4 +1,4 @@
-"""Index lookup (seed 004, Section 3 and Theorem 1; constructions.md A.1).
+"""Index lookup (Bhattamishra et al. 2024, arXiv:2406.09347, Section 3 and Theorem 1).
 
 Input: symbols s_1 ... s_n over an alphabet of size sigma (n = 1..N, repeats allowed), then one
 index token p in [n]; the answer is s_p, read at the last position.  Vocabulary: the symbols
@@ -10,12 +10,14 @@ s_1 ... s_n as a base-sigma number with s_1 the most significant digit.
 
 from __future__ import annotations
 
+import math
 import string
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 
+from ..budget import require_memory
 from ..errors import InputError
 from .base import Batch, Case, TaskOption
 
@@ -42,6 +44,9 @@ class IndexLookup:
             raise InputError(f"N must be an integer >= 1, got {self.N!r}")
         if not isinstance(self.sigma, int) or self.sigma < 2:
             raise InputError(f"sigma (alphabet size) must be an integer >= 2, got {self.sigma!r}")
+        # token names, and the input count of each length (an integer of n log2 sigma bits)
+        require_memory(100.0 * (self.sigma + self.N) + self.N ** 2 * math.log2(self.sigma) / 16,
+                       f"index_lookup at N={self.N}, sigma={self.sigma}")
         self.vocab = symbol_names(self.sigma) + [f"#{i}" for i in range(1, self.N + 1)]
         self.max_len = self.N + 1
         self.num_classes = self.sigma
@@ -98,7 +103,25 @@ class IndexLookup:
         return self._offsets[n - 1] + (p - 1) * self.sigma ** n + s
 
     def decode(self, index: int) -> np.ndarray:
-        return next(self.batches(index, index + 1, 1)).tokens[0]
+        """The input at an enumeration index (Python integers: any size of space)."""
+        if not 0 <= index < self.total:
+            raise InputError(f"input index {index} is not in 0..{self.total - 1}")
+        n = next(n for n in range(1, self.N + 1) if index < self._offsets[n])
+        p, s = divmod(index - self._offsets[n - 1], self.sigma ** n)
+        symbols = [(s // self.sigma ** (n - 1 - j)) % self.sigma for j in range(n)]
+        return np.array(symbols + [self.sigma + p], dtype=np.int64)
+
+    def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(answers, valid) for a batch (B, L) of token sequences: s_p, and whether the row is an input."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        n = tokens.shape[1] - 1
+        p = tokens[:, -1] - self.sigma + 1
+        symbols = tokens[:, :-1]
+        valid = np.all((symbols >= 0) & (symbols < self.sigma), axis=1) & (p >= 1) & (p <= n) & (n <= self.N)
+        answers = np.full(len(tokens), -1, dtype=np.int64)
+        rows = np.flatnonzero(valid)
+        answers[rows] = tokens[rows, p[rows] - 1]
+        return answers, valid
 
     def answer(self, tokens: np.ndarray) -> int:
         """s_p, from the tokens; InputError if the tokens are not a well-formed input."""

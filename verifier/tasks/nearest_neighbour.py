@@ -1,4 +1,4 @@
-"""Nearest neighbour and MQAR (seed 004, Section 5.2, Theorem 7, Appendix G; constructions.md A.4).
+"""Nearest neighbour and MQAR (Bhattamishra et al. 2024, arXiv:2406.09347, Section 5.2, Theorem 7, Appendix G).
 
 Input for one k with N/2 < k <= N: x_1 y_1 x_2 y_2 ... x_{k-1} y_{k-1} x_k (2k - 1 tokens); the
 answer is y_{j*}, j* = argmax_{i<k} <x_k, x_i>, read at the last position.  Seed 004 evaluates
@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..budget import require_memory
 from ..errors import InputError
 from .base import TaskOption
 from .product import ProductTask
@@ -47,6 +48,8 @@ class _Retrieval(ProductTask):
 
     def _setup(self, codes: np.ndarray, gamma: float) -> None:
         self.dim = codes.shape[1]
+        # the agreement table, and (N/2) V cases of 2N domains each
+        require_memory(8.0 * len(codes) ** 2 + 8.0 * self.N ** 2 * len(codes), f"{self.name} at N={self.N}")
         self.codes = codes  # (V, d') in {+-1}
         self.codebook = codes / math.sqrt(self.dim)
         self.gamma = gamma
@@ -173,6 +176,7 @@ class Mqar(_Retrieval):
         if not isinstance(sigma, int) or sigma < max(2, self.N // 2):
             raise InputError(f"mqar needs sigma >= max(2, N/2) = {max(2, self.N // 2)} distinct keys, got {sigma!r}")
         self.sigma = sigma
+        require_memory(8.0 * sigma ** 2, f"mqar with sigma={sigma}")  # the codes' agreement table
         dim = max(1, math.ceil(math.log2(sigma)))
         self._setup(sign_codes(dim, sigma), 2 / dim)
 

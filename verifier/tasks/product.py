@@ -2,7 +2,7 @@
 
 The enumeration goes case by case; within a case, the free positions (domains of more than one
 token) form a mixed-radix number, the first position the most significant digit.  A task may
-filter its space (seed 004's margin assumption for nearest neighbour, distinct keys for MQAR):
+filter its space (Bhattamishra et al. 2024's margin assumption for nearest neighbour, distinct keys for MQAR):
 filtered-out elements keep their index, are never evaluated, and are counted as dropped.
 Subclasses set ``self.space`` (a list of (name, domains)) and implement `evaluate`,
 `case_truth` and, when they filter, `case_valid`.

@@ -1,0 +1,143 @@
+"""The differential battery: random models of every kind, decided by every engine and by the reference.
+
+Model i is built from seed 1000 + i: one of the KINDS below, at a random arithmetic (p 2..10, f
+usually p // 2 and sometimes anywhere in 0..p, every rounding and accumulation mode, overflow =
+error one time in five).  `decide_all` then requires, with zero tolerance:
+
+* enumeration (the exhaustive engine) and the independent reference of tests/reference.py
+  (Fractions, mpmath, plain loops) fail on exactly the same inputs;
+* for every case split, the SMT formula (bit-vectors) holds at every input enumeration says fails,
+  and z3 finds a failing input exactly when enumeration does, and only one that fails (a solve
+  that takes more than SOLVE_SECONDS is counted as unknown, never as agreement);
+* the integer theory, given a few seconds, agrees wherever it decides (it may answer unknown on
+  non-linear formulas, which is counted, never a disagreement);
+* `verifier.run` with the SMT engine (replay and sample check included) gives enumeration's verdict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import verifier
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from verifier.budget import Deadline
+from verifier.constructions.index_lookup import build as build_idxl
+from verifier.encoding import encode
+from verifier.engines import Problem, RunOptions
+from verifier.engines.exhaustive import Exhaustive
+from verifier.engines.smt import Smt
+from verifier.evaluator import Evaluator
+from verifier.tasks import make_task
+
+from helpers import RandomLookupTask, random_model
+from reference import RefFX, quantize_model, ref_answer, ref_forward
+
+SOLVE_SECONDS = 15.0
+KINDS = ("construction", "random-idxl", "lookup-argmax", "lookup-threshold", "boolean", "retrieval", "extreme",
+         "degenerate")
+
+
+def _small_task(rng: np.random.Generator, i: int):
+    """A task with at most about a hundred inputs (the reference decides each in pure Python)."""
+    which = rng.integers(0, 6)
+    if which == 0:
+        return make_task("idxl", int(rng.integers(1, 4)), sigma=int(rng.integers(2, 4)))
+    if which == 1:
+        return RandomLookupTask(int(rng.integers(2, 4)), int(rng.integers(1, 5)), int(rng.integers(2, 4)), seed=i)
+    if which == 2:
+        return RandomLookupTask(int(rng.integers(2, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 4)), seed=i,
+                                readout="threshold")
+    if which == 3:
+        return make_task(str(rng.choice(["equality", "disjointness"])), int(rng.choice([2, 4])))
+    if which == 4:
+        return make_task("sparse_threshold", int(rng.integers(2, 5)), s=int(rng.integers(1, 3)),
+                         instance_seed=int(rng.integers(0, 1000)))
+    return make_task("mqar", 4) if rng.random() < 0.5 else make_task("nearest_neighbour", 2, dim=int(rng.integers(1, 3)))
+
+
+def _edges(fx: FixedPoint) -> tuple:
+    """Weights at the format's edges: the exact range ends, one step beyond, half steps."""
+    step = 1.0 / fx.one
+    return (fx.hi * step, fx.lo * step, (fx.hi + 1) * step, (fx.lo - 1) * step, step / 2, -step / 2, 1.5 * step)
+
+
+def battery_problem(i: int) -> Problem:
+    rng = np.random.default_rng(1000 + i)
+    p = int(rng.integers(2, 11))
+    f = p // 2 if rng.random() < 0.75 else int(rng.integers(0, p + 1))
+    fx = FixedPoint(p, f, ROUNDINGS[i % 3], "error" if rng.random() < 0.2 else "saturate", ACCUMULATES[(i // 3) % 2])
+    kind = KINDS[i % len(KINDS)]
+    if kind == "construction":  # a perturbed index-lookup construction: sometimes still correct
+        N = int(rng.integers(1, 5))
+        model = build_idxl(N, eta=float(rng.uniform(0.5, 8)))
+        model.E = model.E + rng.normal(0, rng.choice([0, 0.05, 0.3]), size=model.E.shape)
+        return Problem(make_task("idxl", N), model, fx)
+    if kind == "random-idxl":
+        task = make_task("idxl", int(rng.integers(1, 4)))
+    elif kind == "lookup-argmax":
+        task = RandomLookupTask(int(rng.integers(2, 4)), int(rng.integers(2, 5)), 2, seed=i)
+    elif kind == "lookup-threshold":
+        task = RandomLookupTask(int(rng.integers(2, 4)), int(rng.integers(2, 5)), 2, seed=i, readout="threshold")
+    else:
+        task = _small_task(rng, i)
+    options = {}
+    if kind == "extreme":
+        options = dict(extreme=0.3, edges=_edges(fx))
+    elif kind == "degenerate":
+        options = dict(dims={key: 0 for key in ("d", "m", "mv", "h") if rng.random() < 0.5} or {"d": 0})
+    model = random_model(rng, len(task.vocab), task.max_len, C=task.num_classes, readout=task.readout, **options)
+    if task.readout == "argmax" and kind != "extreme" and rng.random() < 0.3:  # a constant answer it can get right
+        model.readout.W_U[:] = 0
+        model.readout.b_U[:] = np.where(np.arange(task.num_classes) == 0, 5.0, -5.0)
+        if isinstance(task, RandomLookupTask):
+            task.F[:] = 0
+    return Problem(task, model, fx)
+
+
+def reference_failures(problem: Problem) -> set:
+    """The inputs the independent reference gets wrong (wrong, tie, or a saturation under error)."""
+    model, fx, task = problem.model, problem.arith, problem.task
+    ref = RefFX(fx.p, fx.f, fx.rounding, fx.overflow, fx.accumulate)
+    q = quantize_model(model, ref)
+    failing = set()
+    for batch in task.batches(0, task.total, 512):
+        for row, answer in zip(batch.tokens, batch.expected):
+            y, ovf = ref_forward(model, ref, [int(t) for t in row], q)
+            pred, tie = ref_answer(model, ref, y)
+            if pred != answer or tie or (ovf and fx.overflow == "error"):
+                failing.add(tuple(int(t) for t in row))
+    return failing
+
+
+def decide_all(problem: Problem, int_seconds: float = 1.0, through_api: bool = True) -> dict:
+    """Decide the problem every way; assert that all of them agree; return what happened."""
+    task = problem.task
+    enum = Exhaustive().run(problem, RunOptions(max_counterexamples=max(1, task.total), workers=1))
+    failing = {tuple(int(t) for t in f.tokens) for f in enum.found}
+    assert reference_failures(problem) == failing, "enumeration and the reference disagree"
+    ev = Evaluator(problem.model, problem.arith)
+    bv_status = "agree"
+    for case in task.cases():
+        enc = encode(ev, case, "bv")
+        in_case = [t for t in failing if len(t) == case.length and all(t[j] in case.domains[j] for j in range(len(t)))]
+        for tokens in in_case:
+            assert enc.holds_at(tokens), (case.name, tokens)
+        if enc.fail.expr is None:
+            found = Smt._from_table(enc, 1)
+        else:
+            found, status = Smt._solve(enc, 1, SOLVE_SECONDS, {})
+            if status == "timeout":
+                bv_status = "unknown"
+                continue
+            assert status in ("sat", "unsat"), status
+        assert bool(found) == bool(in_case), (case.name, found, in_case)
+        assert all(tuple(t) in failing for t in found), (case.name, found)
+    verdict = "refuted" if failing else "proved"
+    by_int = Smt("int").run(problem, RunOptions(deadline=Deadline(int_seconds)))  # decoded models are re-checked
+    int_status = "unknown" if by_int.status != "complete" and not by_int.found else "agree"
+    if int_status == "agree":
+        assert bool(by_int.found) == bool(failing), "the integer theory disagrees"
+        assert all(tuple(int(t) for t in f.tokens) in failing for f in by_int.found)
+    if through_api and bv_status == "agree":
+        assert verifier.run(problem, "smt").verdict == verdict, "verifier.run disagrees"
+    return {"verdict": verdict, "bv": bv_status, "int": int_status}

@@ -1,0 +1,62 @@
+"""Stopping a run from outside: Ctrl-C (SIGINT) and SIGTERM both end it with the verdict unknown.
+
+SIGINT raises KeyboardInterrupt (Python's default); z3 watches SIGINT itself during a solve and
+stops it (the solver answers unknown, "interrupted from keyboard", which the SMT engine turns back
+into KeyboardInterrupt).  `install` gives SIGTERM the same effect:
+
+* its Python handler raises KeyboardInterrupt.  Python runs handlers between bytecodes of the main
+  thread, so this alone would wait for a z3 solve (C code) to finish;
+* so the C-level handler also writes the signal number to a wakeup pipe at once, and a watcher
+  thread that reads it cancels any running solve with z3's thread-safe interrupt.  The solve
+  returns, and the handler's KeyboardInterrupt follows.
+
+This does not depend on SIGINT's disposition (a shell starts background jobs with SIGINT
+ignored).  `cause()` names the signal for the verdict's reason.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import z3
+
+_state: dict = {"cause": None, "installed": False}
+
+
+def cause() -> str:
+    """What interrupted the run: "SIGTERM", or "Ctrl-C" (SIGINT)."""
+    return _state["cause"] or "Ctrl-C"
+
+
+def _on_sigterm(signum, frame) -> None:
+    _state["cause"] = "SIGTERM"
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """Make SIGTERM stop this process like Ctrl-C, z3 solves included (main thread; idempotent)."""
+    if _state["installed"] or threading.current_thread() is not threading.main_thread():
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            if signal.SIGTERM in os.read(read_fd, 64):
+                z3.main_ctx().interrupt()
+
+    threading.Thread(target=watch, name="sigterm-watcher", daemon=True).start()
+    _state["installed"] = True
+
+
+def worker_init() -> None:
+    """In a worker process: the parent alone handles interruptions.  SIGINT is ignored (the parent
+    gets the terminal's Ctrl-C and stops the pool); SIGTERM, which the pool sends to stop a worker,
+    ends it at once and without a traceback."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

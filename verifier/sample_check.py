@@ -1,0 +1,107 @@
+"""The sample check: a PROVED from a symbolic engine is never taken on trust alone.
+
+Before `verifier.api` returns a symbolic proof, every case split of the task contributes inputs:
+the corners of the case's box of token domains (every position at its smallest token, at its
+largest, and the two alternations of the two), random members of the box, and inputs at random
+enumeration indices of the case (decoded by the task: members of a dataset with constraints,
+which random members of the box rarely are).  The batched evaluator (the
+enumeration engine's path, itself checked against the generic path and the independent reference
+in the tests) decides them against the task's own ground truth, with nothing from the encoding.
+A failure is an `InternalError` naming the case: the proof and the evaluator disagree, and no
+verdict may be given.  Members that are not inputs of the task (a margin or distinct-keys filter)
+are skipped.
+
+The check costs a few evaluations per case; it would have caught every wrong proof found so far
+(a threshold wrapped modulo 2^width, an instance's b wrapped, an empty readout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import random
+
+import numpy as np
+
+from .budget import Deadline
+from .engines.base import Problem
+from .engines.exhaustive import ev_batch_size
+from .errors import InternalError
+from .evaluator import Evaluator
+from .tasks import Case
+
+RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
+RANDOM_TOTAL = 1024  # ... and this many of each in all, spread over the cases
+FLUSH_ROWS = 1 << 14
+
+
+@dataclass
+class SampleCheck:
+    inputs: int  # inputs of the task evaluated
+    cases: int
+    seed: int
+
+    def to_json(self) -> dict:
+        return {"inputs": self.inputs, "cases": self.cases, "seed": self.seed}
+
+
+def case_sample(case: Case, rng: np.random.Generator, n_random: int) -> np.ndarray:
+    """The corners and random members of the case's box of token domains, (4 + n_random, L).
+
+    Positions that share a domain array (most do) are drawn together."""
+    L = case.length
+    groups: dict[int, tuple[np.ndarray, list[int]]] = {}
+    for j, d in enumerate(case.domains):
+        groups.setdefault(id(d), (d, []))[1].append(j)
+    lo, hi = np.empty(L, np.int64), np.empty(L, np.int64)
+    members = np.empty((n_random, L), np.int64)
+    for d, positions in groups.values():
+        lo[positions], hi[positions] = d.min(), d.max()
+        members[:, positions] = d[rng.integers(len(d), size=(n_random, len(positions)))]
+    even = np.arange(L) % 2 == 0
+    corners = np.stack([lo, hi, np.where(even, lo, hi), np.where(even, hi, lo)])
+    return np.concatenate([corners, members])
+
+
+def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: int = 0) -> SampleCheck:
+    """Evaluate a sample of every case on the batched evaluator; InternalError at the first failure."""
+    task = problem.task
+    ev = Evaluator(problem.model, problem.arith)
+    rng, pick = np.random.default_rng(seed), random.Random(seed)  # `pick` draws indices beyond int64
+    pending: dict[int, list[tuple[str, np.ndarray]]] = {}
+    checked = 0
+    n_cases = sum(1 for _ in task.cases())
+    n_random = max(RANDOM_PER_CASE, RANDOM_TOTAL // max(n_cases, 1))
+
+    def flush(length: int) -> None:
+        nonlocal checked
+        names = [name for name, rows in pending[length] for _ in range(len(rows))]
+        tokens = np.concatenate([rows for _, rows in pending.pop(length)])
+        answers, valid = task.evaluate(tokens)
+        keep = np.flatnonzero(valid)
+        size = ev_batch_size(ev, length)
+        for a in range(0, len(keep), size):
+            if deadline is not None:
+                deadline.check()
+            rows = keep[a:a + size]
+            out = ev.forward(tokens[rows])
+            bad = np.flatnonzero(ev.failures(out, answers[rows]))
+            if len(bad):
+                j, r = bad[0], rows[bad[0]]
+                reason = "overflow" if out.ovf[j] else "tie" if out.tie[j] else "wrong answer"
+                raise InternalError(
+                    f"the proof of case {names[r]} is contradicted by the evaluator: {task.render(tokens[r])} -> "
+                    f"expected {task.answer_name(int(answers[r]))}, the model gives "
+                    f"{task.answer_name(int(out.pred[j]))} ({reason}); no verdict can be given")
+            checked += len(rows)
+
+    for case in task.cases():
+        indexed = [task.decode(case.offset + pick.randrange(case.count)) for _ in range(n_random)]
+        rows = np.concatenate([case_sample(case, rng, n_random), np.array(indexed, dtype=np.int64)])
+        pending.setdefault(case.length, []).append((case.name, rows))
+        if sum(len(rows) for _, rows in pending[case.length]) >= FLUSH_ROWS:
+            flush(case.length)
+    for length in list(pending):
+        flush(length)
+    return SampleCheck(checked, n_cases, seed)

@@ -1,0 +1,164 @@
+"""Sequence classification, D_SC (Chen and Zou 2024, arXiv:2404.01601, Section 4.1 and Theorem 1).
+
+A dataset of sequences of N tokens over an alphabet X, each followed by CLS, with **distinct
+labels**: the model must memorize it.  The input space is the dataset itself, in its order:
+example i is the i-th sequence, and its label is i.
+
+* From a seed: `--alphabet` |X| (default 3) and `--size` (default every sequence, |X|^N of them);
+  `--size` below that takes that many sequences chosen by `--data-seed`, in lexicographic order.
+* From a file (`--dataset`, DATASET_SCHEMA): ``{"alphabet": ["a", "b"], "sequences": [["a", "b"], ...]}``;
+  label i for sequence i.
+
+A list of examples has no symbolic case split: the SMT engine says so, and `auto` enumerates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from ..budget import require_memory
+from ..errors import InputError
+from ..schema import load_json
+from .base import Batch, TaskOption
+from .index_lookup import symbol_names
+
+DATASET_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "a sequence-classification dataset (memorization --dataset): label i for sequence i",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["alphabet", "sequences"],
+    "properties": {
+        "alphabet": {"type": "array", "minItems": 1, "uniqueItems": True,
+                     "items": {"type": "string", "minLength": 1}},
+        "sequences": {"type": "array", "minItems": 1, "uniqueItems": True,
+                      "items": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
+    },
+}
+CLS = "CLS"
+
+
+@dataclass
+class Memorization:
+    N: int
+    alphabet: int = 3
+    size: Optional[int] = None
+    data_seed: int = 0
+    dataset: Optional[str] = None
+
+    name = "memorization"
+    readout = "argmax"
+    OPTIONS = (
+        TaskOption("alphabet", int, 3, "|X|, the number of tokens (seeded datasets)."),
+        TaskOption("size", int, None, "Number of sequences (default: all |X|^N)."),
+        TaskOption("data_seed", int, 0, "Seed that picks the sequences when --size is below |X|^N."),
+        TaskOption("dataset", str, None, "Dataset file (JSON: alphabet and sequences).", path=True),
+    )
+    SIZE_FLAGS = ("--length",)  # the paper's name for N: the tokens before CLS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
+            raise InputError(f"N (the sequence length) must be an integer >= 1, got {self.N!r}")
+        if self.dataset is not None:
+            names, rows = self._load()
+        else:
+            names, rows = self._seeded()
+        self.symbols = names
+        self.vocab = names + [CLS]
+        self.sequences = rows  # (size, N) token ids
+        self.max_len = self.N + 1
+        self.num_classes = len(rows)
+        radix = len(names) ** np.arange(self.N - 1, -1, -1, dtype=object)
+        self._codes = {int(c): i for i, c in enumerate(rows.astype(object) @ radix)}
+        self._radix = radix
+
+    def _seeded(self) -> tuple[list[str], np.ndarray]:
+        X = self.alphabet
+        if isinstance(X, bool) or not isinstance(X, int) or X < 1:
+            raise InputError(f"--alphabet must be an integer >= 1, got {X!r}")
+        everything = X ** self.N
+        size = everything if self.size is None else self.size
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= everything:
+            raise InputError(f"--size must be an integer in 1..{everything:,} (|X|^N), got {size!r}")
+        if isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or self.data_seed < 0:
+            raise InputError(f"--data-seed must be an integer >= 0, got {self.data_seed!r}")
+        require_memory(16.0 * size * (self.N + 1), f"memorization with {size:,} sequences")
+        if size == everything:
+            index = np.arange(size, dtype=np.int64)
+        else:
+            rng = np.random.default_rng(self.data_seed)
+            index = np.sort(rng.choice(everything, size=size, replace=False))
+        rows = (index[:, None] // X ** np.arange(self.N - 1, -1, -1, dtype=np.int64)) % X
+        return symbol_names(X), rows.astype(np.int64)
+
+    def _load(self) -> tuple[list[str], np.ndarray]:
+        if self.size is not None or self.alphabet != 3 or self.data_seed != 0:
+            raise InputError("--dataset gives the sequences: --alphabet, --size and --data-seed do not apply")
+        data = load_json(self.dataset, DATASET_SCHEMA, "dataset")
+        names = data["alphabet"]
+        if CLS in names:
+            raise InputError(f"dataset {self.dataset}: alphabet: {CLS!r} is the appended token, not a symbol")
+        ids = {n: i for i, n in enumerate(names)}
+        rows = []
+        for i, seq in enumerate(data["sequences"]):
+            if len(seq) != self.N:
+                raise InputError(f"dataset {self.dataset}: sequences[{i}]: has {len(seq)} tokens, N = {self.N}")
+            unknown = [t for t in seq if t not in ids]
+            if unknown:
+                raise InputError(f"dataset {self.dataset}: sequences[{i}]: {unknown[0]!r} is not in the alphabet")
+            rows.append([ids[t] for t in seq])
+        return list(names), np.array(rows, dtype=np.int64)
+
+    # -- the task interface -------------------------------------------------------------------
+    @property
+    def total(self) -> int:
+        return len(self.sequences)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "N": self.N, "alphabet": len(self.symbols), "size": self.total,
+                "dataset": self.dataset or f"seed {self.data_seed}",
+                "inputs": "x_1..x_N CLS, each sequence of the dataset; answer its own label"}
+
+    def _tokens(self, rows: np.ndarray) -> np.ndarray:
+        return np.concatenate([rows, np.full((len(rows), 1), len(self.symbols))], axis=1)
+
+    def batches(self, start: int, stop: int, batch_size: int | Callable[[int], int]) -> Iterator[Batch]:
+        size = batch_size(self.max_len) if callable(batch_size) else batch_size
+        for a in range(start, stop, size):
+            index = np.arange(a, min(a + size, stop), dtype=np.int64)
+            yield Batch(self._tokens(self.sequences[index]), index, index)
+
+    def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        answers = np.array([self._lookup(row) for row in np.asarray(tokens)], dtype=np.int64)
+        return answers, answers >= 0
+
+    def _lookup(self, row) -> int:
+        """The label of a token row, or -1 if it is not an input of the dataset."""
+        row = [int(t) for t in row]
+        if len(row) != self.N + 1 or row[-1] != len(self.symbols) or any(not 0 <= t < len(self.symbols)
+                                                                      for t in row[:-1]):
+            return -1
+        return self._codes.get(int(np.dot(np.array(row[:-1], dtype=object), self._radix)), -1)
+
+    def answer(self, tokens) -> int:
+        label = self._lookup(tokens)
+        if label < 0:
+            raise InputError(f"not an example of the {self.name} dataset: {self.render(tokens)}")
+        return label
+
+    def index_of(self, tokens) -> int:
+        return self.answer(tokens)
+
+    def decode(self, index: int) -> np.ndarray:
+        if not 0 <= index < self.total:
+            raise InputError(f"input index {index} is not in 0..{self.total - 1}")
+        return self._tokens(self.sequences[[index]])[0]
+
+    def answer_name(self, answer: int) -> str:
+        return f"class {answer}" if 0 <= answer < self.total else f"<{answer}>"
+
+    def render(self, tokens) -> str:
+        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
