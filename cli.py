@@ -28,9 +28,10 @@ from verifier.specs import PROFILES, check as check_specs, load_specs, spec_sche
 from verifier.sweep import frontier, new_output, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
 from verifier.tasks.boolean import INSTANCE_SCHEMA
+from verifier.tasks.memorization import DATASET_SCHEMA
 
 ENGINE_NAMES = ["auto", *ENGINES]
-SCHEMAS = {"model-meta": META_SCHEMA, "instance": INSTANCE_SCHEMA, "spec": spec_schema}
+SCHEMAS = {"model-meta": META_SCHEMA, "instance": INSTANCE_SCHEMA, "dataset": DATASET_SCHEMA, "spec": spec_schema}
 
 
 class FiniteFloat(click.ParamType):
@@ -336,7 +337,8 @@ def _count(n: int) -> str:
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds per run; past it the verdict is unknown.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def errata_cmd(p, p_range, dump, engine, timeout, as_json):
-    """Each printed construction of Bhattamishra et al. 2024 against its corrected version, decided by the engines."""
+    """Each printed construction (Bhattamishra et al. 2024; Chen and Zou 2024) against its corrected version,
+    decided by the engines."""
     rows = run_errata(p, parse_range(p_range, "--p-range"), dump, engine, timeout,
                       progress=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(errata_json(rows), indent=2) if as_json else errata_markdown(rows))
@@ -350,8 +352,10 @@ def list_cmd():
         aliases = [a for a, t in ALIASES.items() if t == name]
         c = CONSTRUCTIONS[name]
         opts = " ".join(o.flag for o in task.OPTIONS)
+        size = getattr(task, "SIZE_FLAGS", ())
         click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {c.name}, "
-                   f"{c.theorem}" + (f"; options {opts}" if opts else ""))
+                   f"{c.theorem}" + (f"; options {opts}" if opts else "")
+                   + (f"; --N is also {' '.join(size)}" if size else ""))
         for v, what in c.variants.items():
             click.echo(f"  --variant {v:<10}{' (default)' if v == c.default else ''} {what}")
         for v, why in c.unbuildable.items():
@@ -362,7 +366,7 @@ def list_cmd():
 @cli.command("schema")
 @click.argument("name", type=click.Choice(sorted(SCHEMAS)))
 def schema_cmd(name):
-    """Print the JSON Schema of a file format users write (model metadata, instance, spec)."""
+    """Print the JSON Schema of a file format users write (model metadata, instance, dataset, spec)."""
     schema = SCHEMAS[name]
     click.echo(json.dumps(schema() if callable(schema) else schema, indent=2))
     return 0

@@ -19,7 +19,8 @@ def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, rea
                  edges: tuple = ()) -> Model:
     """1-2 layers, 1-2 heads, softmax or ReLU attention, causal or not, residual or not, FFN or not.
 
-    `dims` fixes any of d, m, mv, h (0 gives degenerate, empty shapes); with `extreme` > 0 that
+    `dims` fixes any of d, m, mv, h (0 gives degenerate, empty shapes), H (heads per layer) and
+    attention ("softmax" or "relu"); with `extreme` > 0 that
     share of the weights (and theta) becomes an extreme constant: huge, tiny, or one of `edges`
     (a format's exact range ends and half steps)."""
     dims = dims or {}
@@ -38,8 +39,8 @@ def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, rea
 
     layers = []
     for _ in range(int(rng.integers(1, 3))):
-        H = int(rng.integers(1, 3))
-        attention = "softmax" if rng.random() < 0.6 else "relu"
+        H = dims.get("H", int(rng.integers(1, 3)))
+        attention = dims.get("attention", "softmax" if rng.random() < 0.6 else "relu")
         heads = [Head(w(m, d), w(m, d), w(mv, d)) for _ in range(H)]
         W_O = w(d, mv if attention == "relu" else H * mv)
         ffn = {}

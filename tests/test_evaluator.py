@@ -12,6 +12,22 @@ from reference import RefFX, ref_answer, ref_forward
 MODES = [(r, a, o) for r in ROUNDINGS for a in ACCUMULATES for o in ("saturate", "error")]
 
 
+def assert_matches_reference(model, fx: FixedPoint, tokens: np.ndarray) -> None:
+    """Both batched paths give the reference loop's readout codes, overflow flags and answers."""
+    fast, generic = Evaluator(model, fx), Evaluator(model, fx, tables=False)
+    a, b = fast.forward(tokens), generic.forward(tokens)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    np.testing.assert_array_equal(a.ovf, b.ovf)
+    for i, row in enumerate(tokens):
+        ref = RefFX(fx.p, fx.f, fx.rounding, fx.overflow, fx.accumulate)
+        y, ovf = ref_forward(model, ref, list(row))
+        assert list(a.scores[i]) == y, list(row)
+        if fx.overflow == "error":
+            assert bool(a.ovf[i]) == ovf, list(row)
+        pred, tie = ref_answer(model, ref, y)
+        assert (int(a.pred[i]), bool(a.tie[i])) == (pred, tie)
+
+
 @pytest.mark.parametrize("rounding,accumulate,overflow", MODES)
 def test_batched_paths_match_reference_loop(rounding, accumulate, overflow):
     rng = np.random.default_rng(hash((rounding, accumulate, overflow)) % 2 ** 32)
@@ -22,21 +38,20 @@ def test_batched_paths_match_reference_loop(rounding, accumulate, overflow):
         kinds |= {(l.attention, l.causal, l.residual, l.has_ffn) for l in model.layers}
         p = int(rng.integers(4, 11))
         fx = FixedPoint(p, int(rng.integers(0, p + 1)) if trial % 3 == 0 else None, rounding, overflow, accumulate)
-        fast, generic = Evaluator(model, fx), Evaluator(model, fx, tables=False)
         for length in range(1, L + 1):
-            tokens = rng.integers(0, V, size=(20, length))
-            a, b = fast.forward(tokens), generic.forward(tokens)
-            np.testing.assert_array_equal(a.scores, b.scores)
-            np.testing.assert_array_equal(a.ovf, b.ovf)
-            for i, row in enumerate(tokens):
-                ref = RefFX(fx.p, fx.f, rounding, overflow, accumulate)
-                y, ovf = ref_forward(model, ref, list(row))
-                assert list(a.scores[i]) == y, (trial, length, list(row))
-                if overflow == "error":
-                    assert bool(a.ovf[i]) == ovf, (trial, list(row))
-                pred, tie = ref_answer(model, ref, y)
-                assert (int(a.pred[i]), bool(a.tie[i])) == (pred, tie)
+            assert_matches_reference(model, fx, rng.integers(0, V, size=(20, length)))
     assert len(kinds) >= 4  # several architectures were covered
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 4])
+def test_relu_attention_with_averaged_heads_matches_reference(heads):
+    """ReLU attention with the 1/m head average (Chen and Zou 2024), R(sum / m) rounded exactly."""
+    rng = np.random.default_rng(heads)
+    for trial, (rounding, accumulate, overflow) in enumerate(MODES):
+        V, L = int(rng.integers(2, 5)), int(rng.integers(2, 5))
+        model = random_model(rng, V, L, C=2, dims={"H": heads, "attention": "relu"})
+        fx = FixedPoint(int(rng.integers(4, 11)), None, rounding, overflow, accumulate)
+        assert_matches_reference(model, fx, rng.integers(0, V, size=(16, L)))
 
 
 def test_every_attention_kind_is_exercised():

@@ -222,9 +222,13 @@ FLAGS = {"--N": ARG_VALUES, "--p": ARG_VALUES, "--f": ARG_VALUES, "--sigma": ARG
          "--rounding": ["floor", "nearest", "zero", "up", ""], "--overflow": ["saturate", "error", "wrap"],
          "--accumulate": ["product", "wide", "narrow"], "--engine": ["auto", "exhaustive", "smt", "smt-int", "cvc5"],
          "--variant": ["paper", "corrected", "literal", "bogus"], "--json": None, "--trace": None,
-         "--shared-g": None, "--bogus": ["1"], "--profile": ["ci", "full", "x"], "--format": ["csv", "json", "x"]}
+         "--shared-g": None, "--bogus": ["1"], "--profile": ["ci", "full", "x"], "--format": ["csv", "json", "x"],
+         "--alphabet": ARG_VALUES, "--size": ARG_VALUES, "--data-seed": ARG_VALUES, "--nq": ARG_VALUES,
+         "--na": ARG_VALUES, "--length": ARG_VALUES, "--templates": ["aa,ab", "ab,ba", "abc", "", "a,,b", "aaa"]}
 COMMANDS = ["idxl", "index_lookup", "equality", "disjointness", "sparse_threshold", "nearest_neighbour", "mqar",
-            "sweep idxl", "sweep equality", "export idxl", "export mqar", "list", "schema spec", "schema x", "nosuch"]
+            "memorization", "icqa", "template_matching", "ictm", "sweep idxl", "sweep equality", "sweep icqa",
+            "export idxl", "export mqar", "export template_matching", "list", "schema spec", "schema dataset",
+            "schema x", "nosuch"]
 
 
 @FUZZ

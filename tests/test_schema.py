@@ -13,6 +13,7 @@ import cli
 from verifier.model import META_SCHEMA
 from verifier.specs import spec_schema
 from verifier.tasks.boolean import INSTANCE_SCHEMA
+from verifier.tasks.memorization import DATASET_SCHEMA
 
 from helpers import edit_model_file
 
@@ -165,7 +166,7 @@ def test_files_that_are_not_utf8(capsys, tmp_path, what, args):
 
 
 @pytest.mark.parametrize("name,schema", [("model-meta", META_SCHEMA), ("instance", INSTANCE_SCHEMA),
-                                         ("spec", spec_schema())])
+                                         ("dataset", DATASET_SCHEMA), ("spec", spec_schema())])
 def test_schema_command_prints_valid_schemas(capsys, name, schema):
     code, out, _ = run(capsys, "schema", name)
     assert code == 0 and json.loads(out) == schema

@@ -59,6 +59,7 @@ def build_problem(task: str = "index_lookup", *, N: int, p: int, f: Optional[int
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
     check_compatible(model, t)
+    arith.check_capacity(model.widest_sum())  # a format int64 cannot hold fails now, not in the engine
     return Problem(t, model, arith)
 
 

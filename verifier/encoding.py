@@ -32,6 +32,7 @@ class Encoding:
     truth: Sym  # the expected answer
     trace: dict  # evaluator names (L0.H0.attn, L0.out, ...) -> nested lists of Sym, query positions first
     readout: object  # the model's Readout (kind, theta)
+    valid: Sym | None = None  # Bool: a member of the case's box is an input of the task (None: every one)
 
     def at(self, value: Sym, tokens):
         """A value of the encoding at a concrete input of the case (a Python int or bool)."""
@@ -68,6 +69,12 @@ class Encoding:
     def holds_at(self, tokens) -> bool:
         """Does the failure formula hold at this concrete input of the case?"""
         return bool(self.at(self.fail, tokens))
+
+    def contains(self, tokens) -> bool:
+        """Is this token sequence an input of the case: in its box, and valid?"""
+        doms = self.case.domains
+        in_box = len(tokens) == len(doms) and all(t in d for t, d in zip(tokens, doms))
+        return in_box and (self.valid is None or bool(self.at(self.valid, tokens)))
 
     def compare(self, ev: Evaluator, tokens) -> str:
         """Both traces at an input: the first intermediate where the encoding and the evaluator differ."""
@@ -227,9 +234,10 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv", deadline: Deadline | N
                       for i, yi in enumerate(y)])
     if track:
         fail = S.any([fail] + S.overflows)
-    if case.valid is not None:
-        fail = S.and_(case.valid(S), fail)
-    return Encoding(case, S, fail, y, truth, rec, q.readout)
+    valid = case.valid(S) if case.valid is not None else None
+    if valid is not None:
+        fail = S.and_(valid, fail)
+    return Encoding(case, S, fail, y, truth, rec, q.readout, valid)
 
 
 def _bit(e, i: int):

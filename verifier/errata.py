@@ -1,8 +1,9 @@
-"""The errata report: each printed construction of Bhattamishra et al. 2024 (arXiv:2406.09347)
-against its corrected version.
+"""The errata report: each printed construction against its corrected version, for the papers of
+Bhattamishra et al. 2024 (arXiv:2406.09347) and Chen and Zou 2024 (arXiv:2404.01601).
 
 For every claim, at the given sizes: the printed (``paper``) variant's verdict, with its first
-counterexample written as a dump file; the ``corrected`` variant's verdict; and for each variant
+counterexample written as a dump file; the ``corrected`` variant's verdict (none where the printed
+construction is the only one, being correct); and for each variant
 the smallest p of a range at which it is proved (at that p and every larger p of the range, as in
 `sweep`).  A printed variant that cannot be built is reported as such, with the reason.  Every
 verdict comes from an engine run; nothing in the table is written by hand.
@@ -17,6 +18,7 @@ from typing import Callable, Optional
 from .api import prove
 from .dump import write_dumps
 from .errors import UnbuildableError
+from .papers import BHATTAMISHRA_2024, CHEN_ZOU_2024, Paper
 from .sweep import p_star
 from .tasks import flag
 
@@ -28,6 +30,8 @@ class Claim:
     N: int
     options: dict = field(default_factory=dict)  # task options
     paper_variant: str = "paper"
+    paper: Paper = BHATTAMISHRA_2024
+    corrected: Optional[str] = "corrected"  # None: the printed construction is the only one
 
 
 CLAIMS = [
@@ -41,6 +45,14 @@ CLAIMS = [
     Claim("Thm 7 / G.2: nearest neighbour, K(z_2i) = [0, -2.3, T(2i)]", "nearest_neighbour", 4, {},
           "literal"),
     Claim("Thm 7 / G.2: MQAR, 3 symbols", "mqar", 6),
+    Claim("Thm 1 / Lemmas 3-4: memorization, all 64 sequences of length 3 over 4 tokens", "memorization", 3,
+          {"alphabet": 4}, paper=CHEN_ZOU_2024),
+    Claim("Thm 3 / 13.2: in-context QA, k = 3, nq = na = 4", "icqa", 3, {"nq": 4, "na": 4}, paper=CHEN_ZOU_2024,
+          corrected=None),
+    Claim("Thm 5 / 14.2: template matching, all 5 templates of length 3", "template_matching", 3,
+          paper=CHEN_ZOU_2024),
+    Claim("Thm 6 / 15: in-context template matching, k = 2, l = 2", "ictm", 2, {"length": 2},
+          paper=CHEN_ZOU_2024),
 ]
 
 
@@ -60,8 +72,10 @@ class Row:
     corrected: Side
 
 
-def _side(claim: Claim, variant: str, p: int, ps: list[int], dump_dir: Optional[Path], engine: str,
+def _side(claim: Claim, variant: Optional[str], p: int, ps: list[int], dump_dir: Optional[Path], engine: str,
           timeout: Optional[float]) -> Side:
+    if variant is None:
+        return Side("n/a", "the printed construction is the only one")
     run = dict(N=claim.N, engine=engine, timeout=timeout, variant=variant, **claim.options)
     try:
         result = prove(claim.task, p=p, **run)
@@ -86,7 +100,7 @@ def run_errata(p: int = 12, ps: Optional[list[int]] = None, dump_dir: Optional[s
     rows = []
     for claim in claims or CLAIMS:
         rows.append(Row(claim, p, _side(claim, claim.paper_variant, p, ps, directory, engine, timeout),
-                        _side(claim, "corrected", p, ps, directory, engine, timeout)))
+                        _side(claim, claim.corrected, p, ps, directory, engine, timeout)))
         if progress:
             progress(f"{claim.claim} N={claim.N}: paper {rows[-1].paper.verdict}, corrected {rows[-1].corrected.verdict}")
     return rows
@@ -94,8 +108,8 @@ def run_errata(p: int = 12, ps: Optional[list[int]] = None, dump_dir: Optional[s
 
 def to_markdown(rows: list[Row]) -> str:
     ps = "p* (paper / corrected)"
-    lines = [f"| claim | task | N | printed variant | counterexample file | corrected | {ps} |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"| paper | claim | task | N | printed variant | counterexample file | corrected | {ps} |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r.claim
         opts = "".join(f" {flag(k)}" + ("" if v is True else f" {v}") for k, v in c.options.items())
@@ -103,19 +117,22 @@ def to_markdown(rows: list[Row]) -> str:
             paper = f"cannot be built ({c.paper_variant}): {r.paper.detail.split('. ')[0]}"
         else:
             paper = f"{r.paper.verdict} at p={r.p}" + (f": `{r.paper.detail}`" if r.paper.detail else "")
+        corrected = "none (the printed one is correct)" if r.corrected.verdict == "n/a" else \
+            f"{r.corrected.verdict} at p={r.p}"
         star = f"{_p(r.paper.p_star, r.paper.verdict)} / {_p(r.corrected.p_star, r.corrected.verdict)}"
-        lines.append(f"| {c.claim} | {c.task}{opts} | {c.N} | {paper} | {r.paper.dump or '-'} | "
-                     f"{r.corrected.verdict} at p={r.p} | {star} |")
+        lines.append(f"| {c.paper.short} | {c.claim} | {c.task}{opts} | {c.N} | {paper} | {r.paper.dump or '-'} | "
+                     f"{corrected} | {star} |")
     return "\n".join(lines)
 
 
 def _p(p_star: Optional[int], verdict: str) -> str:
-    if verdict == "cannot be built":
+    if verdict in ("cannot be built", "n/a"):
         return "n/a"
     return str(p_star) if p_star is not None else "none in range"
 
 
 def to_json(rows: list[Row]) -> list[dict]:
-    return [{"claim": r.claim.claim, "task": r.claim.task, "N": r.claim.N, "options": r.claim.options, "p": r.p,
-             "paper": vars(r.paper) | {"variant": r.claim.paper_variant}, "corrected": vars(r.corrected)}
+    return [{"paper": r.claim.paper.cite(r.claim.claim.split(":")[0]), "claim": r.claim.claim, "task": r.claim.task,
+             "N": r.claim.N, "options": r.claim.options, "p": r.p,
+             "printed": vars(r.paper) | {"variant": r.claim.paper_variant}, "corrected": vars(r.corrected)}
             for r in rows]

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ..errors import InputError, UnbuildableError
 from ..model import Model
-from . import equality, icqa, index_lookup, memorization, nearest_neighbour, sparse_threshold
+from . import equality, icqa, ictm, index_lookup, memorization, nearest_neighbour, sparse_threshold, templates
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ CONSTRUCTIONS = {
     "memorization": Construction("memorization", memorization.THEOREM, memorization.build, memorization.VARIANTS,
                                  options=("variant",)),
     "icqa": Construction("icqa", icqa.THEOREM, icqa.build, icqa.VARIANTS, default="paper", options=("variant",)),
+    "template_matching": Construction("template_matching", templates.THEOREM, templates.build, templates.VARIANTS,
+                                      options=("variant",)),
+    "ictm": Construction("ictm", ictm.THEOREM, ictm.build, ictm.VARIANTS, {"paper": ictm.UNBUILDABLE},
+                         options=("variant",)),
 }
 
 __all__ = ["CONSTRUCTIONS", "Construction"]

@@ -17,6 +17,8 @@ reads.
 * Lemma 2 (constrained attention): a content term plus W_QK[P, P] = mask, where a mask entry at or
   below minus the largest content score zeroes that pair exactly under ReLU.  (The paper writes
   "W_pp(i, j) -> infinity or some sufficiently large negative value"; the sign is a typo.)
+* Lemma 3 (a linear classifier for pairwise independent vectors with distinct labels, Appendix 12):
+  `lemma3_classifier`, the paper's inductive construction.
 """
 
 from __future__ import annotations
@@ -124,10 +126,40 @@ class ReluLayer:
     heads: list[tuple[np.ndarray, np.ndarray]]  # (W_QK, W_V) per head, both (d, d)
 
     def build(self) -> Layer:
-        heads = [heads_for(QK, W_V) for QK, W_V in self.heads]
+        """The layer in the model's form.  The heads' values keep only the rows some head writes
+        (W_O, a 0/1 selector, puts them back): the same codes as the paper's d' x d' value maps, since
+        R(1 x) = x and the other rows are zero, with far fewer products."""
+        d = self.heads[0][1].shape[0]
+        written = np.flatnonzero(np.any([W_V != 0 for _, W_V in self.heads], axis=(0, 2)))
+        heads = [heads_for(QK, W_V[written]) for QK, W_V in self.heads]
         m = max(h.W_Q.shape[0] for h in heads)  # one query width per layer: pad with zero rows
         for h in heads:
             pad = np.zeros((m - h.W_Q.shape[0], h.W_Q.shape[1]))
             h.W_Q, h.W_K = np.vstack([h.W_Q, pad]), np.vstack([h.W_K, pad])
-        d = heads[0].W_V.shape[0]
-        return Layer(heads, np.eye(d), attention="relu", residual=True, causal=False)
+        return Layer(heads, np.eye(d)[:, written], attention="relu", residual=True, causal=False)
+
+
+def lemma3_classifier(V: np.ndarray) -> np.ndarray:
+    """Lemma 3: W (D, C) with argmax_j (V[i] W)[j] = i for pairwise linearly independent rows V[i].
+
+    The paper's induction, in float64: w_0, w_1 solve x_i w_j = [i = j] for the first two vectors;
+    vector k then gets w_k = w_{i_k} + Delta / M, where i_k is its best old class, x_{i_k} Delta = -1
+    and x_k Delta = 1, and M shrinks Delta below the margin epsilon = min_i (o_ii - o_{i, i_k}) of
+    the other vectors.  The paper leaves the solution and M open: we take the minimum-norm Delta and
+    M = 2 max_j |x_j Delta| / epsilon.  Vectors that break the lemma's hypothesis (two parallel ones)
+    make epsilon <= 0; then M = 1, and the classifier it builds is left for the verifier to refute."""
+    C, D = V.shape
+    W = np.zeros((D, C))
+    first = min(C, 2)
+    W[:, :first] = np.linalg.pinv(V[:first]) @ np.eye(first)
+    for k in range(2, C):
+        O = V[:k] @ W[:, :k]
+        ik = int(np.argmax(V[k] @ W[:, :k]))
+        others = [i for i in range(k) if i != ik]
+        delta = np.linalg.pinv(V[[ik, k]]) @ np.array([-1.0, 1.0])
+        M = 1.0
+        eps = min((O[i, i] - O[i, ik] for i in others), default=0.0)
+        if eps > 0:
+            M = max(1.0, 2 * float(np.abs(V[others] @ delta).max()) / eps)
+        W[:, k] = W[:, ik] + delta / M
+    return W

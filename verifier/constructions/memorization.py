@@ -21,11 +21,7 @@ vectors.  The classifier maps them to their labels:
 
 * ``corrected``: row y is v_y / ||v_y|| (v_y the concatenation of sequence y); by Cauchy-Schwarz
   <v_j / ||v_j||, v_y> < ||v_y|| for j != y when no two v are parallel.
-* ``paper``: Lemma 3's inductive classifier, computed in float64: columns w_0, w_1 solve
-  x_i w_j = [i = j] for the first two examples; example k then gets w_k = w_{i_k} + Delta / M, where
-  i_k is its best old class, x_{i_k} Delta = -1 and x_k Delta = 1, and M shrinks Delta below the
-  margin epsilon of the other examples.  Departures: the paper leaves the solution and M open; we
-  take the minimum-norm Delta and M = 2 max_j |x_j Delta| / epsilon (any M above half of it works).
+* ``paper``: Lemma 3's inductive classifier (`blocks.lemma3_classifier`), computed in float64.
 
 Also departing from the paper: the line "alpha_i[:, n-1] = n [0; x_i; 0]" mixes the attention map
 and the value; we read alpha_i[:, n-1] = e_i with the factor n in W_V, as the next sentence of the
@@ -40,7 +36,7 @@ import numpy as np
 from ..budget import require_weights
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
-from .blocks import Layout, ReluLayer, instructive
+from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 1, Lemmas 3 and 4")
 VARIANTS = {
@@ -54,25 +50,6 @@ def layouts(X: int, N: int) -> tuple[Layout, Layout]:
     n = N + 1
     inputs = Layout(token=X, flag=1, P=n).padded(max(N * X, X + 1 + n))
     return inputs, inputs.overlay(**{f"x{i}": X for i in range(N)})
-
-
-def lemma3_classifier(V: np.ndarray) -> np.ndarray:
-    """Lemma 3: W (D, C) with argmax_j (V[i] W)[j] = i for pairwise linearly independent rows V[i]."""
-    C, D = V.shape
-    W = np.zeros((D, C))
-    first = min(C, 2)
-    W[:, :first] = np.linalg.pinv(V[:first]) @ np.eye(first)
-    for k in range(2, C):
-        O = V[:k] @ W[:, :k]
-        ik = int(np.argmax(V[k] @ W[:, :k]))
-        others = [i for i in range(k) if i != ik]
-        delta = np.linalg.pinv(V[[ik, k]]) @ np.array([-1.0, 1.0])
-        M = 1.0
-        if others:
-            eps = min(O[i, i] - O[i, ik] for i in others)
-            M = max(1.0, 2 * float(np.abs(V[others] @ delta).max()) / eps)
-        W[:, k] = W[:, ik] + delta / M
-    return W
 
 
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=None) -> Model:

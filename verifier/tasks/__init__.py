@@ -6,13 +6,16 @@ from ..errors import InputError
 from .base import Batch, Case, Task, TaskOption, flag
 from .boolean import Disjointness, Equality, SparseThreshold
 from .icqa import Icqa
+from .ictm import Ictm
 from .index_lookup import IndexLookup
 from .memorization import Memorization
+from .templates import TemplateMatching
 from .nearest_neighbour import Mqar, NearestNeighbour
 
 TASKS = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,
          "sparse_threshold": SparseThreshold, "nearest_neighbour": NearestNeighbour, "mqar": Mqar,
-         "memorization": Memorization, "icqa": Icqa}
+         "memorization": Memorization, "icqa": Icqa, "template_matching": TemplateMatching,
+         "ictm": Ictm}
 ALIASES = {"idxl": "index_lookup"}
 
 
@@ -41,4 +44,4 @@ def make_task(name: str, N: int, **params) -> Task:
 
 
 __all__ = ["Batch", "Case", "Task", "TaskOption", "IndexLookup", "Equality", "SparseThreshold", "Disjointness",
-           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TASKS", "make_task", "canonical", "task_options", "flag"]
+           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TemplateMatching", "Ictm", "TASKS", "make_task", "canonical", "task_options", "flag"]

@@ -51,10 +51,25 @@ def arrangement_index(symbols, n: int) -> int:
     return index
 
 
+def distinct_rows(x: np.ndarray) -> np.ndarray:
+    """Per row of x (B, m): are its entries pairwise distinct?"""
+    s = np.sort(x, axis=1)
+    return np.all(s[:, 1:] != s[:, :-1], axis=1)
+
+
 def canonical_template(text) -> tuple[int, ...]:
     """A template in canonical form: wildcards renamed by first appearance (``"aba"`` -> (0, 1, 0))."""
     names: dict = {}
     return tuple(names.setdefault(c, len(names)) for c in text)
+
+
+def count_templates(length: int, max_wildcards: int) -> int:
+    """How many templates `all_templates` lists: sum over w <= max_wildcards of S(length, w), the
+    Stirling numbers of the second kind."""
+    row = [1] + [0] * max_wildcards  # S(i, w) for the current i
+    for _ in range(length):
+        row = [0] + [w * row[w] + row[w - 1] for w in range(1, max_wildcards + 1)]
+    return sum(row)
 
 
 @lru_cache(maxsize=None)

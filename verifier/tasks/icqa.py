@@ -25,7 +25,7 @@ import numpy as np
 from ..budget import require_memory
 from ..errors import InputError
 from .base import Batch, Case, TaskOption
-from .combinatorics import arrangement_index, arrangements, falling
+from .combinatorics import arrangement_index, arrangements, distinct_rows, falling
 
 
 @dataclass
@@ -110,7 +110,7 @@ class Icqa:
             return np.full(B, -1), np.zeros(B, bool)
         q, a = tokens[:, 0:3 * k:3], tokens[:, 2:3 * k:3] - self.first_answer
         valid = (np.all((q >= 0) & (q < self.nq), axis=1) & np.all((a >= 0) & (a < self.na), axis=1)
-                 & np.all(tokens[:, 1::3] == self.r, axis=1) & _distinct(q) & _distinct(a))
+                 & np.all(tokens[:, 1::3] == self.r, axis=1) & distinct_rows(q) & distinct_rows(a))
         match = q == tokens[:, 3 * k:3 * k + 1]
         valid &= match.sum(axis=1) == 1
         answers = np.where(valid, a[np.arange(B), np.argmax(match, axis=1)], -1)
@@ -151,8 +151,3 @@ class Icqa:
     def render(self, tokens) -> str:
         return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
 
-
-def _distinct(x: np.ndarray) -> np.ndarray:
-    """Per row: are the entries pairwise distinct?"""
-    s = np.sort(x, axis=1)
-    return np.all(s[:, 1:] != s[:, :-1], axis=1) if x.shape[1] > 1 else np.ones(len(x), bool)

@@ -30,6 +30,7 @@ import numpy as np
 from ..budget import require_memory
 from ..errors import InputError
 from .base import TaskOption
+from .combinatorics import distinct_rows
 from .product import ProductTask
 
 
@@ -189,10 +190,7 @@ class Mqar(_Retrieval):
         xs = tokens[:, 0::2]
         h = self.N // 2
         keys, queries = xs[:, :h], xs[:, h:]
-        s = np.sort(keys, axis=1)
-        distinct = np.all(s[:, 1:] != s[:, :-1], axis=1) if h > 1 else np.ones(len(xs), bool)
-        sq = np.sort(queries, axis=1)
-        distinct &= np.all(sq[:, 1:] != sq[:, :-1], axis=1) if queries.shape[1] > 1 else True
+        distinct = distinct_rows(keys) & distinct_rows(queries)
         in_keys = (queries[:, :, None] == keys[:, None, :]).any(axis=2).all(axis=1)
         return distinct & in_keys
 

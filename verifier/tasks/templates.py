@@ -1,0 +1,169 @@
+"""Template matching, D_TM (Chen and Zou 2024, arXiv:2404.01601, Definition 1, Section 4.3, Theorems 4
+and 5).
+
+A template is a string of wildcards up to renaming (canonical form: each wildcard numbered by its
+first appearance, so ``abb`` and ``baa`` are both αββ).  A sequence follows template t under an
+injective substitution s of its wildcards into the alphabet X; CLS is appended.  The dataset is
+every injective substitution of every template of the set, each template with its own label (its
+index), so D_TM has sum_t A(|X|, w(t)) examples of n = l + 1 tokens, w(t) the template's number of
+wildcards.  N is the template length l (the CLI also takes it as `--length`).
+
+* `--templates "aa,ab"`: a list of templates (letters stand for wildcards); two that are equal up
+  to renaming are refused (they would generate the same sequences under different labels).
+* default: every template of length l with at most |X| wildcards.
+
+Order: by template, then by substitution (the lexicographic arrangement of the symbols that the
+wildcards take, in order of first appearance).  Each template is one case split for the SMT
+engine: every position free, equal tokens exactly where the template has equal wildcards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from ..budget import require_memory
+from ..errors import InputError
+from .base import Batch, Case, TaskOption
+from .combinatorics import all_templates, arrangement_index, arrangements, canonical_template, count_templates, \
+    falling, template_name
+from .index_lookup import symbol_names
+
+CLS = "CLS"
+
+
+def parse_templates(text: Optional[str], length: int, alphabet: int) -> list[tuple[int, ...]]:
+    """Canonical templates from "aa,ab" (default: all of the length); refuses duplicates up to renaming."""
+    if text is None:
+        return list(all_templates(length, alphabet))
+    seen: dict[tuple[int, ...], str] = {}
+    for raw in text.split(","):
+        word = raw.strip()
+        if len(word) != length:
+            raise InputError(f"--templates: {word!r} has length {len(word)}; every template has length N = {length}")
+        t = canonical_template(word)
+        if t in seen:
+            raise InputError(f"--templates: {seen[t]!r} and {word!r} are the same template up to renaming the "
+                             f"wildcards ({template_name(t)}): they generate the same sequences")
+        if max(t) + 1 > alphabet:
+            raise InputError(f"--templates: {word!r} has {max(t) + 1} wildcards, more than the {alphabet} symbols "
+                             f"an injective substitution needs")
+        seen[t] = word
+    return list(seen)
+
+
+def patterns(templates: list[tuple[int, ...]]) -> np.ndarray:
+    """Equality patterns (T, l, l): entry [t, i, j] is 1 when template t has equal wildcards at i, j."""
+    t = np.array(templates)
+    return t[:, :, None] == t[:, None, :]
+
+
+@dataclass
+class TemplateMatching:
+    N: int
+    alphabet: int = 3
+    templates: Optional[str] = None
+
+    name = "template_matching"
+    readout = "argmax"
+    OPTIONS = (TaskOption("alphabet", int, 3, "|X|, the number of symbols."),
+               TaskOption("templates", str, None, 'Templates, e.g. "aa,ab" (default: all of length N).'))
+    SIZE_FLAGS = ("--length",)  # the paper's name for N: the template length l
+
+    def __post_init__(self) -> None:
+        for name in ("N", "alphabet"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{'N (the template length)' if name == 'N' else '--alphabet'} must be an integer "
+                                 f">= 1, got {value!r}")
+        if self.templates is None:
+            require_memory(64.0 * self.N * count_templates(self.N, self.alphabet), f"every template of length {self.N}")
+        self.template_list = parse_templates(self.templates, self.N, self.alphabet)
+        self.symbols = symbol_names(self.alphabet)
+        self.vocab = self.symbols + [CLS]
+        self.max_len = self.N + 1
+        self.num_classes = len(self.template_list)
+        self.widths = [max(t) + 1 for t in self.template_list]
+        self._counts = [falling(self.alphabet, w) for w in self.widths]
+        self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(object)
+        self._index = {t: i for i, t in enumerate(self.template_list)}
+        self._patterns = patterns(self.template_list)
+
+    @property
+    def total(self) -> int:
+        return int(self._offsets[-1])
+
+    def describe(self) -> dict:
+        return {"name": self.name, "length": self.N, "alphabet": self.alphabet,
+                "templates": ",".join(template_name(t) for t in self.template_list),
+                "inputs": "every injective substitution of every template, then CLS; answer the template's index"}
+
+    # -- examples -----------------------------------------------------------------------------
+    def _tokens(self, t: int, subs: np.ndarray) -> np.ndarray:
+        """Sequences of template t under the substitutions `subs` (B, w(t)), CLS appended."""
+        rows = subs[:, list(self.template_list[t])]
+        return np.concatenate([rows, np.full((len(rows), 1), self.alphabet)], axis=1)
+
+    def batches(self, start: int, stop: int, batch_size: int | Callable[[int], int]) -> Iterator[Batch]:
+        size = batch_size(self.max_len) if callable(batch_size) else batch_size
+        for t in range(self.num_classes):
+            lo, hi = max(start, int(self._offsets[t])), min(stop, int(self._offsets[t + 1]))
+            for a in range(lo, hi, size):
+                index = np.arange(a, min(a + size, hi), dtype=np.int64)
+                subs = arrangements(index - int(self._offsets[t]), self.alphabet, self.widths[t])
+                yield Batch(self._tokens(t, subs), np.full(len(index), t, dtype=np.int64), index)
+
+    def decode(self, index: int) -> np.ndarray:
+        if not 0 <= index < self.total:
+            raise InputError(f"input index {index} is not in 0..{self.total - 1}")
+        t = int(np.searchsorted(self._offsets[1:].astype(float), index, side="right"))
+        return self._tokens(t, arrangements(np.array([index - int(self._offsets[t])], dtype=object), self.alphabet,
+                                            self.widths[t]))[0]
+
+    def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(template index, valid) per row: the template whose equality pattern the symbols follow."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        B, L = tokens.shape
+        if L != self.N + 1:
+            return np.full(B, -1), np.zeros(B, bool)
+        x = tokens[:, :-1]
+        ok = np.all((x >= 0) & (x < self.alphabet), axis=1) & (tokens[:, -1] == self.alphabet)
+        equal = x[:, :, None] == x[:, None, :]
+        match = np.all(equal[:, None] == self._patterns[None], axis=(2, 3))  # (B, T)
+        valid = ok & match.any(axis=1)
+        return np.where(valid, np.argmax(match, axis=1), -1), valid
+
+    def answer(self, tokens) -> int:
+        answers, valid = self.evaluate(np.asarray([tokens]))
+        if not valid[0]:
+            raise InputError(f"not a {self.name} example: {self.render(tokens)}")
+        return int(answers[0])
+
+    def index_of(self, tokens) -> int:
+        t = self.answer(tokens)
+        firsts = [list(self.template_list[t]).index(w) for w in range(self.widths[t])]
+        return int(self._offsets[t]) + arrangement_index([int(tokens[i]) for i in firsts], self.alphabet)
+
+    def cases(self) -> Iterator[Case]:
+        symbols, cls = np.arange(self.alphabet), np.array([self.alphabet])
+        for t, template in enumerate(self.template_list):
+            yield Case(f"template {template_name(template)}", [symbols] * self.N + [cls],
+                       lambda S, t=t: S.const(t), int(self._offsets[t]), self._counts[t],
+                       valid=lambda S, template=template: follows(S, template, 0))
+
+    def answer_name(self, answer: int) -> str:
+        return template_name(self.template_list[answer]) if 0 <= answer < self.num_classes else f"<{answer}>"
+
+    def render(self, tokens) -> str:
+        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
+
+
+def follows(S, template: tuple[int, ...], start: int):
+    """Symbolic: the tokens at start, start + 1, ... follow the template (equal exactly where its
+    wildcards are equal; the substitution is injective)."""
+    conds = [S.eq(S.token(start + i), S.token(start + j)) if template[i] == template[j] else
+             S.ne(S.token(start + i), S.token(start + j))
+             for i in range(len(template)) for j in range(i + 1, len(template))]
+    return S.all(conds)
