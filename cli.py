@@ -11,27 +11,33 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import click
 
 import verifier
 from verifier import interrupts
-from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
+from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS, FixedPoint
 from verifier.budget import Deadline
+from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
+from verifier.certificates import Certificate, find_certificate, save as save_certificate, why_none
 from verifier.constructions import CONSTRUCTIONS
 from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
 from verifier.engines import ENGINES
 from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
 from verifier.model import META_SCHEMA
+from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
+from verifier.synthesis import synthesize
 from verifier.sweep import frontier, new_output, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
 ENGINE_NAMES = ["auto", *ENGINES]
-SCHEMAS = {"model-meta": META_SCHEMA, "instance": INSTANCE_SCHEMA, "dataset": DATASET_SCHEMA, "spec": spec_schema}
+SCHEMAS = {"model-meta": META_SCHEMA, "instance": INSTANCE_SCHEMA, "dataset": DATASET_SCHEMA, "spec": spec_schema,
+           "certificate": CERTIFICATE_SCHEMA}
 
 
 class FiniteFloat(click.ParamType):
@@ -363,10 +369,163 @@ def list_cmd():
     return 0
 
 
+SIZE = click.option("--N", "--k", "N", type=int, required=True,
+                    help="Size of the task (--k for the context pairs or blocks of icqa and ictm).")
+
+
+def _task(task_name: str, N: int, options: dict):
+    return make_task(task_name, N=N, **{k: v for k, v in options.items() if v is not None})
+
+
+@cli.command("certificate")
+@click.argument("task_name")
+@SIZE
+@task_option_flags(ALL_TASK_OPTIONS)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the examples searched around.")
+@click.option("--tries", type=int, default=200, show_default=True, help="Examples to search around.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the certificate as JSON (never overwrites).")
+@click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
+def certificate_cmd(task_name, N, seed, tries, output, as_json, **options):
+    """A dependent set with a label contradiction: inputs every 1-layer model in scope gets one of wrong.
+
+    Exit 0 when one is found, 3 when the search finds none (where the theorem does not apply)."""
+    task = _task(task_name, N, options)
+    if tries < 1:
+        raise InputError(f"--tries must be >= 1, got {tries}")
+    cert = find_certificate(task, seed, tries)
+    if cert is None:
+        click.echo(f"no certificate found around {tries} examples of {task.name}: {why_none(task)}")
+        return 3
+    if output:
+        save_certificate(cert, output)
+    click.echo(json.dumps(cert.to_json(), indent=1) if as_json else "\n".join(cert.lines()))
+    if output and not as_json:
+        click.echo(f"wrote {output}")
+    return 0
+
+
+@cli.command("check-certificate")
+@click.argument("path", type=click.Path(dir_okay=False))
+def check_certificate_cmd(path):
+    """Re-check a certificate with independent code: exit 0 valid, 1 not valid."""
+    problems = check_certificate(path)
+    if problems:
+        click.echo(f"INVALID: {path}")
+        for line in problems:
+            click.echo(f"  {line}")
+        return 1
+    click.echo(f"VALID: {path}: the members are inputs of the task with these labels, dependent, and no linear "
+               f"readout labels them all right")
+    return 0
+
+
+@cli.command("refute")
+@click.argument("task_name")
+@SIZE
+@task_option_flags(ALL_TASK_OPTIONS)
+@arithmetic_options
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="The model file.")
+@click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the examples searched around.")
+@click.option("--certificates", "budget", type=int, default=50, show_default=True,
+              help="Certificates to try before the next method.")
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds for the whole run.")
+@click.option("--max-counterexamples", type=int, default=1, show_default=True)
+@click.option("--random-models", "random_models", type=int, default=None,
+              help="Instead of --model: refute this many random models of --shape, and report per method.")
+@click.option("--shape", default="1,2,relu", show_default=True, help="HEADS,WIDTH,ATTENTION of --random-models.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--dump", type=click.Path(file_okay=False), default=None, help="Write each counterexample to DIR.")
+def refute_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, method, seed, budget, timeout,
+               max_counterexamples, random_models, shape, as_json, dump, **options):
+    """Find inputs a model must get wrong, and the argument that forced them (exit 1 when found)."""
+    arith = dict(p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
+    task_opts = {k: v for k, v in options.items() if v is not None}
+    if random_models is not None:
+        if model_path:
+            raise InputError("give --model or --random-models, not both")
+        try:
+            heads, width, attention = shape.split(",")
+            heads, width = int(heads), int(width)
+        except ValueError:
+            raise InputError(f"--shape must be HEADS,WIDTH,ATTENTION (e.g. 2,4,relu), got {shape!r}") from None
+        rows = refute_random(_task(task_name, N, options), dict(N=N, **arith, **task_opts), random_models, heads,
+                             width, attention, method, seed, timeout)
+        click.echo(json.dumps(rows, indent=2) if as_json else "\n".join(
+            f"{m:<10} {r['models']:>4} of {random_models} models, median {r['median_seconds']:.3f} s"
+            for m, r in rows.items()))
+        return 0
+    if not model_path:
+        raise InputError("--model FILE is required (or --random-models K)")
+    deadline = Deadline(timeout)
+    if dump:
+        prepare_dump_dir(dump)
+    problem = verifier.build_problem(task_name, N=N, model=verifier.load_model(model_path), **arith, **task_opts)
+    result = refute(problem, method, seed=seed, max_counterexamples=max_counterexamples,
+                    certificates_budget=budget, deadline=deadline)
+    dumps = write_dumps(result, dump, {"argument": result.argument, "certificate": result.certificate}) \
+        if dump and result.counterexamples else []
+    if as_json:
+        click.echo(json.dumps(result.to_json() | {"dumps": [str(d) for d in dumps]}, indent=2))
+    else:
+        click.echo(result.summary())
+        for d in dumps:
+            click.echo(f"  dumped      {d}")
+    return result.exit_code
+
+
+@cli.command("impossible")
+@click.argument("task_name")
+@SIZE
+@task_option_flags(ALL_TASK_OPTIONS)
+@arithmetic_options
+@click.option("--heads", type=int, default=1, show_default=True, help="Heads of the 1-layer models searched.")
+@click.option("--width", type=int, default=1, show_default=True, help="Their query, key and value width.")
+@click.option("--certificate", "cert_path", type=click.Path(dir_okay=False), default=None,
+              help="The certificate (default: the first one the search finds).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds for z3.")
+def impossible_cmd(task_name, N, p, f, rounding, overflow, accumulate, heads, width, cert_path, seed, timeout,
+                   **options):
+    """Does any 1-layer ReLU model of this shape, weights p-bit codes, get a certificate right?
+
+    Exit 0 when none does (impossible at this precision), 1 when one escapes, 3 unknown."""
+    task = _task(task_name, N, options)
+    if heads < 1 or width < 1:
+        raise InputError(f"--heads and --width must be >= 1, got {heads} and {width}")
+    if cert_path:
+        problems = check_certificate(cert_path)
+        if problems:
+            raise InputError(f"certificate {cert_path} is not valid: {problems[0]}")
+        cert = Certificate.from_json(json.loads(Path(cert_path).read_text()))
+    else:
+        cert = find_certificate(task, seed)
+        if cert is None:
+            raise InputError(f"no certificate found for {task.name}: nothing to decide")
+    fx = FixedPoint(p, f, rounding, overflow, accumulate)
+    s = synthesize(task, cert, heads, width, fx, timeout)
+    click.echo("\n".join(cert.lines()))
+    what = {"impossible": f"IMPOSSIBLE: no 1-layer ReLU model with {heads} head(s) of width {width} and {p}-bit "
+                          f"weights gets all {s.members} right",
+            "escapes": f"ESCAPES: a 1-layer ReLU model with {heads} head(s) of width {width} and {p}-bit weights "
+                       f"gets all {s.members} right in FX",
+            "unknown": f"UNKNOWN: z3 did not decide ({s.stats.get('reason') or 'no reason'})"}[s.verdict]
+    click.echo(f"{what}  [{fx.label()}; {s.shape['parameters']} parameters; {s.seconds:.1f} s]")
+    if s.model is not None:
+        whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, p=p, f=f, rounding=rounding,
+                                                    overflow=overflow, accumulate=accumulate,
+                                                    **{k: v for k, v in options.items() if v is not None}))
+        c = whole.counterexamples[0] if whole.counterexamples else None
+        click.echo(f"  on the whole dataset it is {whole.verdict}" +
+                   (f": {c.input} -> expected {c.expected}, got {c.produced}" if c else ""))
+    return {"impossible": 0, "escapes": 1, "unknown": 3}[s.verdict]
+
+
 @cli.command("schema")
 @click.argument("name", type=click.Choice(sorted(SCHEMAS)))
 def schema_cmd(name):
-    """Print the JSON Schema of a file format users write (model metadata, instance, dataset, spec)."""
+    """Print the JSON Schema of a file format (model metadata, instance, dataset, spec, certificate)."""
     schema = SCHEMAS[name]
     click.echo(json.dumps(schema() if callable(schema) else schema, indent=2))
     return 0

@@ -27,6 +27,7 @@ import numpy as np
 from .errors import InputError
 
 ROUNDINGS = ("floor", "nearest", "zero")
+ATTENTION_KINDS = ("softmax", "relu")
 OVERFLOWS = ("saturate", "error")
 ACCUMULATES = ("product", "wide")
 _INT64_SAFE_BITS = 62  # every intermediate stays below 2^62 in magnitude

@@ -56,15 +56,16 @@ def prepare_dump_dir(directory: str | Path) -> Path:
     return directory
 
 
-def write_dumps(result: Result, directory: str | Path) -> list[Path]:
+def write_dumps(result: Result, directory: str | Path, extra: dict | None = None) -> list[Path]:
     """One new file per counterexample; an existing file is never overwritten.  The name is
-    TASK[-VARIANT]-N..-p..-cexINDEX.json, and when that exists, the same with a unique suffix."""
+    TASK[-VARIANT]-N..-p..-cexINDEX.json, and when that exists, the same with a unique suffix.
+    `extra` adds keys to every document (a refutation's argument and certificate)."""
     directory = prepare_dump_dir(directory)
     written = []
     variant = result.params.get("variant")
     stem = f"{result.task['name']}{'-' + variant if variant else ''}-N{result.task.get('N', '')}-p{result.arithmetic['p']}"
     for cex in result.counterexamples:
-        text = json.dumps(counterexample_document(result, cex), indent=1)
+        text = json.dumps(counterexample_document(result, cex) | (extra or {}), indent=1)
         path = directory / f"{stem}-cex{cex.index}.json"
         try:
             fh = open(path, "x")

@@ -22,13 +22,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .arithmetic import ATTENTION_KINDS
 from .budget import require_memory
 from .errors import InputError
 from .schema import parse_json, regular_file, show, validate
 
 FORMAT_NAME = "verify-model"
 FORMAT_VERSION = 1
-ATTENTIONS = ("softmax", "relu")
+ATTENTIONS = ATTENTION_KINDS
 READOUTS = ("argmax", "threshold")
 MAX_THRESHOLD_BITS = 62  # a threshold readout's answer is a bit pattern in an int64
 EXACT_INTEGERS = 1 << 53  # integer weights beyond this are not exact in float64

@@ -3,7 +3,7 @@ Theorem 6, Appendix 15): parse each block into its template, copy, then match.
 
 ``corrected`` -- a consistent reconstruction of the printed proof.  The residual stream is
 
-    token (|X|, one-hot) | flag (1, the sign ->) | answer (na, one-hot) | P (n, one-hot) | TB (l)
+    token (|X|, one-hot) | flag (1, the sign =) | answer (na, one-hot) | P (n, one-hot) | TB (l)
 
 Block t occupies positions s_t .. s_t + l + 1 (s_t = t (l + 2)): l symbols, the sign, the answer;
 the query block s_k = k (l + 2) holds l symbols and the last sign.  off(a) = a mod (l + 2).

@@ -1,11 +1,11 @@
 """In-context question answering, D_IC-QA^(k) (Chen and Zou 2024, arXiv:2404.01601, Section 4.2,
 Theorems 2 and 3).
 
-Questions q_0..q_{nq-1}, a response sign ``->``, answers a_0..a_{na-1}.  An example is k context
+Questions q_0..q_{nq-1}, a response sign ``=``, answers a_0..a_{na-1}.  An example is k context
 pairs with **distinct** questions and **distinct** answers, then the query, one of the context
 questions, and the response sign:
 
-    q_pi(0) -> a_pi'(0)  ...  q_pi(k-1) -> a_pi'(k-1)  q_pi(c) ->        answer: a_pi'(c)
+    q_pi(0) = a_pi'(0)  ...  q_pi(k-1) = a_pi'(k-1)  q_pi(c) =        answer: a_pi'(c)
 
 pi and pi' are arrangements (ordered choices without repetition), c in 0..k-1: the dataset has
 k A(nq, k) A(na, k) examples, n = 3k + 2 tokens each.  N is k (the CLI also takes it as `--k`).
@@ -50,7 +50,7 @@ class Icqa:
             raise InputError(f"k = {k} context pairs need k distinct questions and answers: nq = {self.nq} and "
                              f"na = {self.na} must be >= k")
         require_memory(100.0 * (self.nq + self.na) + 64.0 * k * k, f"icqa with k={k}")
-        self.vocab = [f"q{i}" for i in range(self.nq)] + ["->"] + [f"a{i}" for i in range(self.na)]
+        self.vocab = [f"q{i}" for i in range(self.nq)] + ["="] + [f"a{i}" for i in range(self.na)]
         self.r = self.nq
         self.first_answer = self.nq + 1
         self.max_len = 3 * k + 2
@@ -67,7 +67,7 @@ class Icqa:
 
     def describe(self) -> dict:
         return {"name": self.name, "k": self.k, "nq": self.nq, "na": self.na,
-                "inputs": "k pairs q -> a (distinct questions, distinct answers), then q_c ->; answer a_c; "
+                "inputs": "k pairs q = a (distinct questions, distinct answers), then q_c =; answer a_c; "
                           "k A(nq,k) A(na,k) examples"}
 
     # -- examples -----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 k context blocks, each a sequence of template t_pi(i) under an injective substitution s_i, the
 response sign and an answer; then the query, template t_pi(c) under a substitution s', and the sign:
 
-    sub(t_pi(0), s_0) -> a_pi'(0)  ...  sub(t_pi(k-1), s_{k-1}) -> a_pi'(k-1)  sub(t_pi(c), s') ->
+    sub(t_pi(0), s_0) = a_pi'(0)  ...  sub(t_pi(k-1), s_{k-1}) = a_pi'(k-1)  sub(t_pi(c), s') =
 
 The answer is a_pi'(c): the answer of the block whose template the query follows.  The context
 templates are distinct (an arrangement pi of k templates of the set T, which holds no two templates
@@ -66,7 +66,7 @@ class Ictm:
                              f"templates and na = {self.na}")
         require_memory(64.0 * falling(T, k) * k + 64.0 * k * (l + 2) ** 2, f"ictm with k={k}")
         self.symbols = symbol_names(self.alphabet)
-        self.vocab = self.symbols + ["->"] + [f"a{i}" for i in range(self.na)]
+        self.vocab = self.symbols + ["="] + [f"a{i}" for i in range(self.na)]
         self.r, self.first_answer = self.alphabet, self.alphabet + 1
         self.block = l + 2
         self.max_len = k * self.block + l + 1
@@ -94,8 +94,8 @@ class Ictm:
     def describe(self) -> dict:
         return {"name": self.name, "k": self.k, "length": self.length, "alphabet": self.alphabet, "na": self.na,
                 "templates": ",".join(template_name(t) for t in self.template_list),
-                "inputs": "k blocks (a sequence of a template, ->, an answer; distinct templates and answers), "
-                          "then a query sequence and ->; answer the answer of the block with the query's template"}
+                "inputs": "k blocks (a sequence of a template, =, an answer; distinct templates and answers), "
+                          "then a query sequence and =; answer the answer of the block with the query's template"}
 
     # -- examples -----------------------------------------------------------------------------
     def _group_tokens(self, g: int, r: np.ndarray) -> np.ndarray:

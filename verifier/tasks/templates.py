@@ -11,6 +11,9 @@ wildcards.  N is the template length l (the CLI also takes it as `--length`).
 * `--templates "aa,ab"`: a list of templates (letters stand for wildcards); two that are equal up
   to renaming are refused (they would generate the same sequences under different labels).
 * default: every template of length l with at most |X| wildcards.
+* `--substitutions K`: only the first K substitutions of each template (the paper's dataset uses a
+  set of n_map maps; K = 1 is one fixed map, the identity on the wildcards' first appearances, for
+  every template).  Default: every injective substitution.
 
 Order: by template, then by substitution (the lexicographic arrangement of the symbols that the
 wildcards take, in order of first appearance).  Each template is one case split for the SMT
@@ -65,11 +68,13 @@ class TemplateMatching:
     N: int
     alphabet: int = 3
     templates: Optional[str] = None
+    substitutions: Optional[int] = None
 
     name = "template_matching"
     readout = "argmax"
     OPTIONS = (TaskOption("alphabet", int, 3, "|X|, the number of symbols."),
-               TaskOption("templates", str, None, 'Templates, e.g. "aa,ab" (default: all of length N).'))
+               TaskOption("templates", str, None, 'Templates, e.g. "aa,ab" (default: all of length N).'),
+               TaskOption("substitutions", int, None, "Only the first K substitutions of each template."))
     SIZE_FLAGS = ("--length",)  # the paper's name for N: the template length l
 
     def __post_init__(self) -> None:
@@ -86,7 +91,11 @@ class TemplateMatching:
         self.max_len = self.N + 1
         self.num_classes = len(self.template_list)
         self.widths = [max(t) + 1 for t in self.template_list]
-        self._counts = [falling(self.alphabet, w) for w in self.widths]
+        if self.substitutions is not None and (isinstance(self.substitutions, bool)
+                                               or not isinstance(self.substitutions, int) or self.substitutions < 1):
+            raise InputError(f"--substitutions must be an integer >= 1, got {self.substitutions!r}")
+        self._counts = [min(falling(self.alphabet, w), self.substitutions or falling(self.alphabet, w))
+                        for w in self.widths]
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(object)
         self._index = {t: i for i, t in enumerate(self.template_list)}
         self._patterns = patterns(self.template_list)
@@ -133,7 +142,16 @@ class TemplateMatching:
         equal = x[:, :, None] == x[:, None, :]
         match = np.all(equal[:, None] == self._patterns[None], axis=(2, 3))  # (B, T)
         valid = ok & match.any(axis=1)
-        return np.where(valid, np.argmax(match, axis=1), -1), valid
+        template = np.where(valid, np.argmax(match, axis=1), -1)
+        if self.substitutions is not None:  # and among the first K substitutions of its template
+            valid &= np.array([v and self._substitution(row, t) < self._counts[t]
+                               for row, t, v in zip(x, template, valid)], dtype=bool)
+        return np.where(valid, template, -1), valid
+
+    def _substitution(self, symbols, t: int) -> int:
+        """The lexicographic index of the substitution that maps template t onto these symbols."""
+        firsts = [list(self.template_list[t]).index(w) for w in range(self.widths[t])]
+        return arrangement_index([int(symbols[i]) for i in firsts], self.alphabet)
 
     def answer(self, tokens) -> int:
         answers, valid = self.evaluate(np.asarray([tokens]))
@@ -143,15 +161,24 @@ class TemplateMatching:
 
     def index_of(self, tokens) -> int:
         t = self.answer(tokens)
-        firsts = [list(self.template_list[t]).index(w) for w in range(self.widths[t])]
-        return int(self._offsets[t]) + arrangement_index([int(tokens[i]) for i in firsts], self.alphabet)
+        return int(self._offsets[t]) + self._substitution(tokens, t)
 
     def cases(self) -> Iterator[Case]:
         symbols, cls = np.arange(self.alphabet), np.array([self.alphabet])
         for t, template in enumerate(self.template_list):
             yield Case(f"template {template_name(template)}", [symbols] * self.N + [cls],
                        lambda S, t=t: S.const(t), int(self._offsets[t]), self._counts[t],
-                       valid=lambda S, template=template: follows(S, template, 0))
+                       valid=lambda S, t=t: self._valid(S, t))
+
+    def _valid(self, S, t: int):
+        """Symbolic: the tokens follow template t, under one of its first K substitutions."""
+        template = self.template_list[t]
+        if self.substitutions is None or self._counts[t] == falling(self.alphabet, self.widths[t]):
+            return follows(S, template, 0)
+        firsts = [list(template).index(w) for w in range(self.widths[t])]
+        subs = arrangements(np.arange(self._counts[t]), self.alphabet, self.widths[t])
+        allowed = S.any([S.all([S.eq(S.token(i), S.const(int(v))) for i, v in zip(firsts, sub)]) for sub in subs])
+        return S.and_(follows(S, template, 0), allowed)
 
     def answer_name(self, answer: int) -> str:
         return template_name(self.template_list[answer]) if 0 <= answer < self.num_classes else f"<{answer}>"

@@ -1,0 +1,145 @@
+"""Finite-precision impossibility by bounded synthesis: does **any** 1-layer model of a given shape,
+every weight a p-bit code, get every member of a certificate right?
+
+The impossibility theorems of Chen and Zou 2024 (arXiv:2404.01601, Theorems 2 and 4) are about
+exact arithmetic.  In FX the identity sum_i lambda_i h_i = 0 can break (every product is rounded,
+the head average is rounded, values saturate), so a finite-precision model might escape a
+certificate.  z3 decides it for a family of models:
+
+* embeddings as in the paper (Eq. 3): one-hot tokens and one-hot positions, H0 = [X; P];
+* one layer of H ReLU heads with query, key and value width m: q = W_Q x, k = W_K x, v = W_V x,
+  scores ReLU(<q_last, k_j>), output sum_j ReLU(...) v_j, heads averaged R(sum / H);
+* the heads' average written into m fresh rows of the residual stream (W_O the injection: the value
+  maps W_V have m rows, so every rank-m value map of the paper's form is covered up to this fixed
+  W_O), a residual connection, and a linear readout W_U h + b_U;
+* every weight (W_Q, W_K, W_V, W_U, b_U) is a p-bit code; every operation is the FX of
+  docs/arithmetic.md (product accumulation, the run's rounding, saturation; under
+  overflow = error a member counts as right only if nothing it computes saturates).
+
+UNSAT: no model of the family gets every member right -- the theorem holds at that precision and
+shape, by machine proof.  SAT: a model that escapes the argument on the certificate; it is decoded,
+evaluated on the members (which must all be right) and then verified on the whole dataset.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import z3
+
+from .arithmetic import FixedPoint
+from .certificates import Certificate
+from .encoding import Sym
+from .errors import InternalError
+from .evaluator import Evaluator
+from .model import Head, Layer, Model, Readout
+from .symbolic import SymFX
+
+
+@dataclass
+class Synthesis:
+    verdict: str  # impossible (UNSAT) | escapes (SAT) | unknown
+    shape: dict
+    arithmetic: dict
+    seconds: float
+    members: int
+    model: Optional[Model] = None  # the escaping model
+    whole_dataset: Optional[str] = None  # its verdict on the whole dataset
+    stats: dict = field(default_factory=dict)
+
+
+def family_model(task, heads: int, width: int, weights: dict) -> Model:
+    """A model of the family from real weights (names as in `synthesize`)."""
+    V, n, C = len(task.vocab), task.max_len, task.num_classes
+    d = V + n + width
+    E = np.zeros((V, d))
+    E[:, :V] = np.eye(V)
+    P = np.zeros((n, d))
+    P[:, V:V + n] = np.eye(n)
+    hs = [Head(*(np.pad(weights[f"{key}{h}"], ((0, 0), (0, width))) for key in ("Q", "K", "V"))) for h in range(heads)]
+    W_O = np.zeros((d, width))
+    W_O[V + n:, :] = np.eye(width)
+    W_U = np.pad(weights["U"], ((0, 0), (0, 0)))
+    layer = Layer(hs, W_O, attention="relu", residual=True, causal=False)
+    return Model(E=E, P=P, P_mask=np.ones(V, bool), layers=[layer], readout=Readout(W_U, weights["b"], "argmax"),
+                 vocab=list(task.vocab), info={"construction": "synthesized", "heads": heads, "width": width})
+
+
+def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
+               timeout: Optional[float] = None) -> Synthesis:
+    """Is there a model of the family (see the module) that gets every member of `cert` right?"""
+    t0 = time.monotonic()
+    V, n, C = len(task.vocab), task.max_len, task.num_classes
+    d = V + n  # the input rows; the heads write into `width` more
+    terms = d * heads * 3 * width + 2 * n * width + C * (d + width)
+    S = SymFX(fx, [np.array([0])], width=2 * fx.p + int(np.ceil(np.log2(terms + 2))) + 4)
+    variables = {}
+
+    def code(name: str) -> Sym:
+        var = z3.BitVec(name, S.width)
+        variables[name] = var
+        return Sym(expr=var)
+
+    W = {f"{k}{h}": [[code(f"{k}{h}_{r}_{c}") for c in range(d)] for r in range(width)]
+         for h in range(heads) for k in ("Q", "K", "V")}
+    U = [[code(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)]
+    b = [code(f"b_{y}") for y in range(C)]
+
+    def column(M, token: int, position: int) -> list[Sym]:
+        """M x for the one-hot input of `token` at `position`: a sum of two columns, saturated."""
+        return [S.sat(S.add(row[token], row[V + position])) for row in M]
+
+    def dot(xs: list[Sym], ys: list[Sym], bias: Optional[Sym] = None) -> Sym:
+        """The linear rule (product accumulation): each product rounded and saturated, one saturation
+        of the sum with the bias."""
+        terms = [S.sat(S.round_shift(S.mul(x, y), fx.f)) for x, y in zip(xs, ys)]
+        return S.sat(S.total(terms + ([bias] if bias is not None else [])))
+
+    solver = z3.SolverFor("QF_BV")
+    if timeout is not None:
+        solver.set("timeout", max(1, int(timeout * 1000)))
+    for var in variables.values():
+        solver.add(var >= S.num(fx.lo), var <= S.num(fx.hi))
+    for tokens, label in zip(cert.members, cert.labels):
+        last = len(tokens) - 1
+        outs = []
+        for h in range(heads):
+            q = column(W[f"Q{h}"], tokens[last], last)
+            keys = [column(W[f"K{h}"], t, j) for j, t in enumerate(tokens)]
+            values = [column(W[f"V{h}"], t, j) for j, t in enumerate(tokens)]
+            weights = [S.relu(dot(q, k)) for k in keys]
+            outs.append([dot(weights, [v[c] for v in values]) for c in range(width)])
+        mean = [S.sat(S.round_div(S.total([o[c] for o in outs]), S.const(heads))) for c in range(width)]
+        one = S.const(fx.one)  # the one-hot input rows of the last position, then the heads' rows
+        h_last = [one if r in (tokens[last], V + last) else S.const(0) for r in range(d)] + mean
+        scores = [dot(U[y], h_last, b[y]) for y in range(C)]
+        for c in range(C):
+            if c != label:
+                solver.add(S.z(S.gt(scores[label], scores[c])))
+    if S.overflows:  # overflow = error: a member is right only if nothing it computes saturates
+        solver.add(z3.Not(S.z(S.any(S.overflows))))
+    answer = solver.check()
+    shape = {"heads": heads, "width": width, "attention": "relu", "parameters": len(variables)}
+    verdict = "impossible" if answer == z3.unsat else "escapes" if answer == z3.sat else "unknown"
+    out = Synthesis(verdict, shape, fx.describe(),
+                    time.monotonic() - t0, len(cert.members), stats={"reason": solver.reason_unknown()
+                                                                     if answer == z3.unknown else ""})
+    if answer == z3.sat:
+        m = solver.model()
+
+        def value(name):
+            return m.eval(variables[name], model_completion=True).as_signed_long() / fx.one
+
+        weights = {key: np.array([[value(f"{key}_{r}_{c}") for c in range(d)] for r in range(width)]) for key in W}
+        weights["U"] = np.array([[value(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)])
+        weights["b"] = np.array([value(f"b_{y}") for y in range(C)])
+        out.model = family_model(task, heads, width, weights)
+        ev = Evaluator(out.model, fx)
+        members = np.array(cert.members)
+        res = ev.forward(members)
+        if ev.failures(res, np.array(cert.labels)).any():
+            raise InternalError("the synthesized model does not get the certificate's members right on the evaluator")
+    return out
