@@ -7,6 +7,8 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 
 import numpy as np
 
+from ..errors import InputError
+
 
 @dataclass
 class Case:
@@ -51,6 +53,19 @@ class TaskOption:
     @property
     def flag(self) -> str:
         return flag(self.name)
+
+
+class Vocabulary:
+    """`render` by token name; `answer` from the batched ground truth, for tasks that have one."""
+
+    def render(self, tokens) -> str:
+        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
+
+    def answer(self, tokens) -> int:
+        answers, valid = self.evaluate(np.asarray([tokens]))
+        if not valid[0]:
+            raise InputError(f"not an input of {self.name}: {self.render(tokens)}")
+        return int(answers[0])
 
 
 @dataclass

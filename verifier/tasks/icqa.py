@@ -24,12 +24,12 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from .base import Batch, Case, TaskOption
+from .base import Batch, Case, TaskOption, Vocabulary
 from .combinatorics import arrangement_index, arrangements, distinct_rows, falling
 
 
 @dataclass
-class Icqa:
+class Icqa(Vocabulary):
     N: int
     nq: int = 4
     na: int = 4
@@ -116,12 +116,6 @@ class Icqa:
         answers = np.where(valid, a[np.arange(B), np.argmax(match, axis=1)], -1)
         return answers, valid
 
-    def answer(self, tokens) -> int:
-        answers, valid = self.evaluate(np.asarray([tokens]))
-        if not valid[0]:
-            raise InputError(f"not an {self.name} example: {self.render(tokens)}")
-        return int(answers[0])
-
     def index_of(self, tokens) -> int:
         self.answer(tokens)  # validates
         k = self.k
@@ -147,7 +141,3 @@ class Icqa:
 
     def answer_name(self, answer: int) -> str:
         return self.vocab[self.first_answer + answer] if 0 <= answer < self.na else f"<{answer}>"
-
-    def render(self, tokens) -> str:
-        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
-

@@ -31,14 +31,14 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from .base import Batch, Case, TaskOption
+from .base import Batch, Case, TaskOption, Vocabulary
 from .combinatorics import arrangement_index, arrangements, distinct_rows, falling, template_name
 from .index_lookup import symbol_names
 from .templates import follows, parse_templates, patterns
 
 
 @dataclass
-class Ictm:
+class Ictm(Vocabulary):
     N: int
     length: int = 2
     alphabet: int = 3
@@ -160,12 +160,6 @@ class Ictm:
         valid &= query.sum(axis=1) == 1
         return np.where(valid, answers[np.arange(len(tokens)), np.argmax(query, axis=1)], -1), valid
 
-    def answer(self, tokens) -> int:
-        answers, valid = self.evaluate(np.asarray([tokens]))
-        if not valid[0]:
-            raise InputError(f"not an {self.name} example: {self.render(tokens)}")
-        return int(answers[0])
-
     def index_of(self, tokens) -> int:
         self.answer(tokens)
         template, answers, _ = self._parse(np.asarray([tokens]))
@@ -203,6 +197,3 @@ class Ictm:
 
     def answer_name(self, answer: int) -> str:
         return self.vocab[self.first_answer + answer] if 0 <= answer < self.na else f"<{answer}>"
-
-    def render(self, tokens) -> str:
-        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)

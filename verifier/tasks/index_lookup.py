@@ -19,7 +19,7 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from .base import Batch, Case, TaskOption
+from .base import Batch, Case, TaskOption, Vocabulary
 
 _INT64_LIMIT = 1 << 62
 
@@ -31,7 +31,7 @@ def symbol_names(sigma: int) -> list[str]:
 
 
 @dataclass
-class IndexLookup:
+class IndexLookup(Vocabulary):
     N: int
     sigma: int = 2
 
@@ -136,6 +136,3 @@ class IndexLookup:
 
     def answer_name(self, answer: int) -> str:
         return self.vocab[answer] if 0 <= answer < self.sigma else f"<{answer}>"
-
-    def render(self, tokens) -> str:
-        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)

@@ -22,7 +22,7 @@ import numpy as np
 from ..budget import require_memory
 from ..errors import InputError
 from ..schema import load_json
-from .base import Batch, TaskOption
+from .base import Batch, TaskOption, Vocabulary
 from .index_lookup import symbol_names
 
 DATASET_SCHEMA = {
@@ -42,7 +42,7 @@ CLS = "CLS"
 
 
 @dataclass
-class Memorization:
+class Memorization(Vocabulary):
     N: int
     alphabet: int = 3
     size: Optional[int] = None
@@ -159,6 +159,3 @@ class Memorization:
 
     def answer_name(self, answer: int) -> str:
         return f"class {answer}" if 0 <= answer < self.total else f"<{answer}>"
-
-    def render(self, tokens) -> str:
-        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)

@@ -15,12 +15,12 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from ..errors import InputError
-from .base import Batch, Case
+from .base import Batch, Case, Vocabulary
 
 _INT64_LIMIT = 1 << 62
 
 
-class ProductTask:
+class ProductTask(Vocabulary):
     name: str
     vocab: list[str]
     space: list[tuple[str, list[np.ndarray]]]
@@ -118,6 +118,3 @@ class ProductTask:
         if not valid[0]:
             raise InputError(f"not a {self.name} input ({self.invalid_reason}): {self.render(tokens)}")
         return c, r, int(answers[0])
-
-    def render(self, tokens) -> str:
-        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)

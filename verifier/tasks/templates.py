@@ -29,7 +29,7 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from .base import Batch, Case, TaskOption
+from .base import Batch, Case, TaskOption, Vocabulary
 from .combinatorics import all_templates, arrangement_index, arrangements, canonical_template, count_templates, \
     falling, template_name
 from .index_lookup import symbol_names
@@ -64,7 +64,7 @@ def patterns(templates: list[tuple[int, ...]]) -> np.ndarray:
 
 
 @dataclass
-class TemplateMatching:
+class TemplateMatching(Vocabulary):
     N: int
     alphabet: int = 3
     templates: Optional[str] = None
@@ -153,12 +153,6 @@ class TemplateMatching:
         firsts = [list(self.template_list[t]).index(w) for w in range(self.widths[t])]
         return arrangement_index([int(symbols[i]) for i in firsts], self.alphabet)
 
-    def answer(self, tokens) -> int:
-        answers, valid = self.evaluate(np.asarray([tokens]))
-        if not valid[0]:
-            raise InputError(f"not a {self.name} example: {self.render(tokens)}")
-        return int(answers[0])
-
     def index_of(self, tokens) -> int:
         t = self.answer(tokens)
         return int(self._offsets[t]) + self._substitution(tokens, t)
@@ -182,9 +176,6 @@ class TemplateMatching:
 
     def answer_name(self, answer: int) -> str:
         return template_name(self.template_list[answer]) if 0 <= answer < self.num_classes else f"<{answer}>"
-
-    def render(self, tokens) -> str:
-        return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
 
 
 def follows(S, template: tuple[int, ...], start: int):
