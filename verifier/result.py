@@ -91,7 +91,8 @@ class Result:
             sc = st["sample_check"]
             n = sc["cases"]
             lines.append(f"  checked     the proof on {sc['inputs']:,} sampled inputs (corners and random members of "
-                         f"{'the' if n == 1 else 'all'} {n:,} case{'' if n == 1 else 's'}) on the evaluator: no failure")
+                         f"{'the' if n == 1 else 'all'} {n:,} case{'' if n == 1 else 's'}) on the evaluator in "
+                         f"{sc['seconds']:.2f} s: no failure")
         if self.min_margin is not None:
             where = f" at {self.tightest['input']}" if self.tightest else ""
             lines.append(f"  min margin  {self.min_margin:g}{where}")

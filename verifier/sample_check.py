@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import random
+import time
 
 import numpy as np
 
@@ -41,9 +42,10 @@ class SampleCheck:
     inputs: int  # inputs of the task evaluated
     cases: int
     seed: int
+    seconds: float
 
     def to_json(self) -> dict:
-        return {"inputs": self.inputs, "cases": self.cases, "seed": self.seed}
+        return {"inputs": self.inputs, "cases": self.cases, "seed": self.seed, "seconds": round(self.seconds, 3)}
 
 
 def case_sample(case: Case, rng: np.random.Generator, n_random: int) -> np.ndarray:
@@ -66,6 +68,7 @@ def case_sample(case: Case, rng: np.random.Generator, n_random: int) -> np.ndarr
 
 def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: int = 0) -> SampleCheck:
     """Evaluate a sample of every case on the batched evaluator; InternalError at the first failure."""
+    t0 = time.monotonic()
     task = problem.task
     ev = Evaluator(problem.model, problem.arith)
     rng, pick = np.random.default_rng(seed), random.Random(seed)  # `pick` draws indices beyond int64
@@ -104,4 +107,4 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
             flush(case.length)
     for length in list(pending):
         flush(length)
-    return SampleCheck(checked, n_cases, seed)
+    return SampleCheck(checked, n_cases, seed, time.monotonic() - t0)
