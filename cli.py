@@ -7,6 +7,7 @@ Exit codes: 0 proved, 1 refuted (counterexample), 2 usage or input error (or an 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import sys
@@ -27,6 +28,7 @@ from verifier.engines import ENGINES
 from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
 from verifier.model import META_SCHEMA
+from verifier.result import count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.synthesis import synthesize
@@ -114,7 +116,19 @@ def construction_options(names=tuple(CONSTRUCTION_OPTIONS)):
     return wrap
 
 
-ALL_TASK_OPTIONS = list({o.name: o for t in TASKS.values() for o in t.OPTIONS}.values())
+def _merged_task_options() -> list:
+    """Every task's options once; an option that tasks default differently shows no single default."""
+    merged: dict = {}
+    for o in (o for t in TASKS.values() for o in t.OPTIONS):
+        seen = merged.get(o.name)
+        if seen is not None and (seen.default is None or seen.default != o.default):
+            o = seen if seen.default is None else dataclasses.replace(
+                seen, default=None, help=seen.help.rstrip(".") + " (default: the task's).")
+        merged[o.name] = o
+    return list(merged.values())
+
+
+ALL_TASK_OPTIONS = _merged_task_options()
 
 
 def task_option_flags(options):
@@ -256,6 +270,8 @@ def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
 @click.option("--N", "N_range", required=True, help="Range of N, e.g. 2..16.")
 @click.option("--p", "p_range", required=True, help="Range of p, e.g. 3..16.")
 @click.option("--f", "f", type=int, default=None, help="Fractional bits (default p // 2 for each p).")
+@click.option("--int-bits", "int_bits", type=int, default=None,
+              help="Integer bits, fixed: f = p - INT_BITS at each p (p* then measures fraction bits).")
 @click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
@@ -267,7 +283,7 @@ def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
               help="Write the table here (.csv or .json; never overwrites).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
               help="Table format on stdout (default markdown; the output file's suffix decides for -o).")
-def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, variant, k, eta, seed, engine,
+def sweep_cmd(task_name, N_range, p_range, f, int_bits, rounding, overflow, accumulate, variant, k, eta, seed, engine,
               timeout, output, fmt, **options):
     """The precision frontier: smallest p that proves the construction, for each N.
 
@@ -276,7 +292,8 @@ def sweep_cmd(task_name, N_range, p_range, f, rounding, overflow, accumulate, va
     if output and not output.endswith((".csv", ".json")):
         raise InputError("-o must end in .csv or .json")
     with new_output(output) if output else contextlib.nullcontext() as fh:
-        fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, rounding=rounding, overflow=overflow,
+        fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, int_bits=int_bits, rounding=rounding,
+                      overflow=overflow,
                       accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options,
                       progress=lambda line: click.echo(line, err=True))
         render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
@@ -305,7 +322,7 @@ def check_cmd(paths, profile, engine, as_json):
     def show(o):
         if as_json:
             return
-        inputs = f"{_count(o.result.covered)}/{_count(o.result.total)}" if o.result else "-"
+        inputs = f"{count_text(o.result.covered)}/{count_text(o.result.total)}" if o.result else "-"
         click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} {o.seconds:>8.2f}  "
                    f"{'ok' if o.ok else 'FAIL'}" + (f"  {o.error}" if o.error else ""))
 
@@ -328,10 +345,6 @@ def check_cmd(paths, profile, engine, as_json):
         click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} specs got the expected verdict"
                    + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else ""))
     return 1 if failed else 3 if done.interrupted else 0
-
-
-def _count(n: int) -> str:
-    return f"{n:,}" if n < 10 ** 12 else f"{n:.3g}"
 
 
 @cli.command("errata")
@@ -362,10 +375,11 @@ def list_cmd():
         click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {c.name}, "
                    f"{c.theorem}" + (f"; options {opts}" if opts else "")
                    + (f"; --N is also {' '.join(size)}" if size else ""))
+        width = max(map(len, [*c.variants, *c.unbuildable])) + 1
         for v, what in c.variants.items():
-            click.echo(f"  --variant {v:<10}{' (default)' if v == c.default else ''} {what}")
+            click.echo(f"  --variant {v:<{width}}{'(default) ' if v == c.default else ''}{what}")
         for v, why in c.unbuildable.items():
-            click.echo(f"  --variant {v:<10} cannot be built: {why.split('. ')[0]}.")
+            click.echo(f"  --variant {v:<{width}}cannot be built: {why.split('. ')[0]}.")
     return 0
 
 
@@ -518,7 +532,7 @@ def impossible_cmd(task_name, N, p, f, rounding, overflow, accumulate, heads, wi
                                                     **{k: v for k, v in options.items() if v is not None}))
         c = whole.counterexamples[0] if whole.counterexamples else None
         click.echo(f"  on the whole dataset it is {whole.verdict}" +
-                   (f": {c.input} -> expected {c.expected}, got {c.produced}" if c else ""))
+                   (f": {c.input} -> {c.claim}" if c else ""))
     return {"impossible": 0, "escapes": 1, "unknown": 3}[s.verdict]
 
 

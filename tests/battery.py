@@ -27,15 +27,17 @@ from verifier.encoding import encode
 from verifier.engines import Problem, RunOptions
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.smt import Smt
-from verifier.evaluator import Evaluator
+from verifier.engines.reach import Reach
+from verifier.evaluator import make_evaluator
+from verifier.model import Readout, Recurrent
 from verifier.tasks import make_task
 
 from helpers import RandomLookupTask, random_model
-from reference import RefFX, quantize_model, ref_answer, ref_forward
+from reference import RefFX, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 SOLVE_SECONDS = 15.0
 KINDS = ("construction", "random-idxl", "lookup-argmax", "lookup-threshold", "boolean", "retrieval", "extreme",
-         "degenerate")
+         "degenerate", "sequence", "recurrent")
 
 
 def _small_task(rng: np.random.Generator, i: int):
@@ -82,6 +84,14 @@ def battery_problem(i: int) -> Problem:
         model = build_idxl(N, eta=float(rng.uniform(0.5, 8)))
         model.E = model.E + rng.normal(0, rng.choice([0, 0.05, 0.3]), size=model.E.shape)
         return Problem(make_task("idxl", N), model, fx)
+    if kind in ("sequence", "recurrent"):  # an answer at every position
+        task = (make_task("dyck22", int(rng.integers(1, 4))) if rng.random() < 0.5 else
+                make_task("induction_heads", int(rng.integers(1, 4)), sigma=int(rng.integers(2, 4))))
+        if kind == "recurrent":
+            return Problem(task, _random_recurrent(rng, task, fx), fx)
+        model = random_model(rng, len(task.vocab), task.max_len, C=task.num_classes, readout="argmax")
+        model.readout.positions = "all"
+        return Problem(task, model, fx)
     if kind == "random-idxl":
         task = make_task("idxl", int(rng.integers(1, 4)))
     elif kind == "lookup-argmax":
@@ -104,18 +114,35 @@ def battery_problem(i: int) -> Problem:
     return Problem(task, model, fx)
 
 
+def _random_recurrent(rng: np.random.Generator, task, fx: FixedPoint) -> Recurrent:
+    """Random weights, or for Dyck-(2,2) sometimes the automaton network with a few weights moved."""
+    if task.name == "dyck22" and rng.random() < 0.5:
+        from verifier.constructions import CONSTRUCTIONS
+        m = CONSTRUCTIONS["dyck22"].build(task, "recurrent")
+        move = lambda a: a + rng.choice([-1.0, 1.0], size=a.shape) / fx.one * (rng.random(a.shape) < 0.03)
+        return Recurrent(move(m.U), move(m.W), move(m.b), m.h0,
+                         Readout(move(m.readout.W_U), move(m.readout.b_U), "argmax", positions="all"), m.vocab)
+    h, C = int(rng.integers(1, 4)), task.num_classes
+    w = lambda *shape: np.round(rng.normal(0, 1.5, size=shape) * 4) / 4
+    return Recurrent(w(len(task.vocab), h), w(h, h), w(h), w(h), Readout(w(C, h), w(C), "argmax", positions="all"),
+                     list(task.vocab))
+
+
 def reference_failures(problem: Problem) -> set:
     """The inputs the independent reference gets wrong (wrong, tie, or a saturation under error)."""
     model, fx, task = problem.model, problem.arith, problem.task
     ref = RefFX(fx.p, fx.f, fx.rounding, fx.overflow, fx.accumulate)
-    q = quantize_model(model, ref)
+    recurrent = isinstance(model, Recurrent)
+    q = None if recurrent else quantize_model(model, ref)
     failing = set()
     for batch in task.batches(0, task.total, 512):
         for row, answer in zip(batch.tokens, batch.expected):
-            y, ovf = ref_forward(model, ref, [int(t) for t in row], q)
-            pred, tie = ref_answer(model, ref, y)
-            if pred != answer or tie or (ovf and fx.overflow == "error"):
-                failing.add(tuple(int(t) for t in row))
+            tokens = [int(t) for t in row]
+            y, ovf = ref_recurrent(model, ref, tokens) if recurrent else ref_forward(model, ref, tokens, q)
+            ys, answers = (y, answer) if task.per_position else ([y], [answer])
+            wrong = any(pred != a or tie for (pred, tie), a in zip((ref_answer(model, ref, v) for v in ys), answers))
+            if wrong or (ovf and fx.overflow == "error"):
+                failing.add(tuple(tokens))
     return failing
 
 
@@ -127,7 +154,11 @@ def decide_all(problem: Problem, int_seconds: float = 1.0, through_api: bool = T
     assert reference_failures(problem) == failing, "enumeration and the reference disagree"
     if not hasattr(task, "cases"):  # a list of examples: only enumeration can decide it
         return {"verdict": "refuted" if failing else "proved", "bv": "n/a", "int": "n/a"}
-    ev = Evaluator(problem.model, problem.arith)
+    if getattr(task, "dfa", None) is not None and isinstance(problem.model, Recurrent):
+        reach = Reach().run(problem, RunOptions())
+        assert bool(reach.found) == bool(failing), "the reach engine disagrees"
+        assert all(tuple(int(t) for t in f.tokens) in failing for f in reach.found)
+    ev = make_evaluator(problem.model, problem.arith)
     bv_status = "agree"
     for case in task.cases():
         enc = encode(ev, case, "bv")

@@ -65,6 +65,7 @@ class RandomLookupTask:
     With a threshold readout the answer is a bit pattern of `bits` bits."""
 
     name = "random_lookup"
+    per_position = False
 
     def __init__(self, V: int, L: int, classes: int, seed: int, readout: str = "argmax"):
         from verifier.tasks import Case

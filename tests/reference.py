@@ -105,8 +105,9 @@ def quantize_model(model, fx: RefFX) -> dict:
     return q
 
 
-def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> tuple[list[int], bool]:
-    """Readout codes at the last position and whether anything the input uses saturated (overflow).
+def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> tuple[list, bool]:
+    """Readout codes at the last position (at every position, a list per position, for a readout
+    at every position) and whether anything the input uses saturated (overflow).
     `q`: the model quantized by `quantize_model` (computed here when not given)."""
     q = q or quantize_model(model, fx)
     fx.ovf = q["other_sat"]
@@ -117,9 +118,10 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
         takes_position = bool(model.P_mask[t])
         fx.ovf |= q["E_sat"][t] or (takes_position and q["P_sat"][i])
         X.append([fx.sat(E[t][j] + (P[i][j] if takes_position else 0)) for j in range(model.d)])
+    every = model.readout.positions == "all"
     for li, layer in enumerate(model.layers):
         final = li == len(model.layers) - 1
-        qpos = [L - 1] if final else list(range(L))
+        qpos = [L - 1] if final and not every else list(range(L))
         ql = q["layers"][li]
         new_X = []
         for i in qpos:
@@ -147,8 +149,30 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
             new_X.append(x)
         X = new_X
     WU, bU = q["U"]
-    y = [fx.dot(row, X[-1], b) for row, b in zip(WU, bU)]
-    return y, fx.ovf
+    ys = [[fx.dot(row, x, b) for row, b in zip(WU, bU)] for x in X]
+    return (ys if every else ys[-1]), fx.ovf
+
+
+def ref_recurrent(model, fx: RefFX, tokens: list[int]) -> tuple[list, bool]:
+    """A `Recurrent` model, step by step: readout codes per step (or at the last) and overflow."""
+    fx.ovf = False
+    Q = {}
+    for name, arr in model.named_arrays().items():
+        codes, sat = quantize(fx, arr)
+        Q[name] = codes
+        if sat and (name != "R.U"):
+            fx.ovf = True
+    for t in tokens:
+        _, sat = quantize(fx, model.U[t])
+        fx.ovf |= sat
+    every = model.readout.positions == "all"
+    h, ys = Q["R.h0"], []
+    for i, t in enumerate(tokens):
+        a = [fx.dot(row, h, b) for row, b in zip(Q["R.W"], Q["R.b"])]
+        h = [max(0, fx.sat(x + u)) for x, u in zip(a, Q["R.U"][t])]
+        if every or i == len(tokens) - 1:  # the readout is computed only where it is read
+            ys.append([fx.dot(row, h, b) for row, b in zip(Q["U.W"], Q["U.b"])])
+    return (ys if every else ys[-1]), fx.ovf
 
 
 def ref_answer(model, fx: RefFX, y: list[int]) -> tuple[int, bool]:

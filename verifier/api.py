@@ -22,8 +22,8 @@ from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
 from .engines import Found, Problem, RunOptions, choose
 from .errors import InputError, InternalError
-from .evaluator import Evaluator, Outputs, reference, trace
-from .model import Model
+from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, reference, trace
+from .model import Model, Recurrent
 from .result import Counterexample, Result
 from .sample_check import sample_check
 from .tasks import canonical, make_task
@@ -36,7 +36,7 @@ class Traced:
     """One input evaluated in FX and in the real reference, with every intermediate value."""
 
     tokens: np.ndarray
-    truth: int
+    truth: int | np.ndarray  # the answer, or the answers at every position
     out: Outputs
     real_out: Outputs
     table: dict  # name -> {"codes", "values", "real"}
@@ -47,7 +47,7 @@ class Traced:
 def build_problem(task: str = "index_lookup", *, N: int, p: int, f: Optional[int] = None,
                   rounding: str = "floor", overflow: str = "saturate", accumulate: str = "product",
                   variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
-                  seed: int = 0, model: Optional[Model] = None, **task_options) -> Problem:
+                  seed: int = 0, model: Optional[Model | Recurrent] = None, **task_options) -> Problem:
     """The task at size N (with its options, e.g. ``sigma=4``), the arithmetic, and the built-in
     construction in the given variant (default: corrected), or the given model."""
     name = canonical(task)
@@ -63,14 +63,18 @@ def build_problem(task: str = "index_lookup", *, N: int, p: int, f: Optional[int
     return Problem(t, model, arith)
 
 
-def check_compatible(model: Model, task) -> None:
+def check_compatible(model: Model | Recurrent, task) -> None:
     model.validate()
     if len(model.vocab) != len(task.vocab):
         raise InputError(f"the model has {len(model.vocab)} tokens but {task.name} at this size has "
                          f"{len(task.vocab)} ({' '.join(task.vocab[:6])}{' ...' if len(task.vocab) > 6 else ''})")
-    if model.max_len < task.max_len:
+    if model.max_len is not None and model.max_len < task.max_len:
         raise InputError(f"the model has position embeddings for {model.max_len} positions; "
                          f"{task.name} needs {task.max_len} (array 'P' rows)")
+    every = model.readout.positions == "all"
+    if every != task.per_position:
+        raise InputError(f"{task.name} has an answer at {'every' if task.per_position else 'the last'} position; the "
+                         f"model's readout reads {'every' if every else 'the last'} position (meta readout.positions)")
     if model.readout.kind != task.readout:
         raise InputError(f"{task.name} needs an {task.readout} readout, the model has {model.readout.kind}")
     rows = model.readout.W_U.shape[0]
@@ -100,7 +104,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     er = chosen.run(problem, opts)
     whole = (start, stop) == (0, total)
     status, cexs, audit = er.status, [], None
-    quantized = Evaluator(problem.model, problem.arith, tables=False)
+    quantized = make_evaluator(problem.model, problem.arith, tables=False)
     try:
         cexs = [replay(problem, found, quantized) for found in er.found]
         if not cexs and status == "complete" and whole and chosen.symbolic:
@@ -159,9 +163,9 @@ def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexampl
                stop=stop, workers=workers, progress=progress, deadline=deadline)
 
 
-def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator] = None) -> Traced:
+def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator | RecurrentEvaluator] = None) -> Traced:
     """Evaluate one input on the generic path in FX and in the real reference, keeping every value."""
-    quantized = quantized or Evaluator(problem.model, problem.arith, tables=False)
+    quantized = quantized or make_evaluator(problem.model, problem.arith, tables=False)
     tokens = np.asarray(tokens, dtype=np.int64)
     truth = problem.task.answer(tokens)
     out, values = trace(quantized, tokens)
@@ -175,32 +179,41 @@ def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator]
                   real_margin)
 
 
-def replay(problem: Problem, found: Found, quantized: Optional[Evaluator] = None) -> Counterexample:
+def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | RecurrentEvaluator] = None) -> Counterexample:
     """Re-evaluate a reported failure on the generic path, against the task's own answer.
 
-    A failure that does not reproduce exactly (same answer, same kind of failure) is an
-    InternalError: the engines and the evaluator disagree, and no verdict may be given.
+    A failure that does not reproduce exactly (same answer, same kind of failure, same position)
+    is an InternalError: the engines and the evaluator disagree, and no verdict may be given.
     """
     task = problem.task
+    quantized = quantized or make_evaluator(problem.model, problem.arith, tables=False)
     t = explain(problem, found.tokens, quantized)
-    out = t.out
-    produced = int(out.pred[0])
-    reason = "overflow" if out.ovf[0] else "tie" if out.tie[0] else "wrong" if produced != t.truth else None
-    if (t.truth, produced, reason) != (found.expected, found.produced, found.reason):
+    got = quantized.judge(t.out, np.array([t.truth]))
+    pos = int(got.position[0])
+    mine = (int(got.expected[0]), int(got.produced[0]), got.reason[0], None if pos < 0 else pos)
+    theirs = (found.expected, found.produced, found.reason, found.position)
+    if mine != theirs:
         raise InternalError(
             f"counterexample #{found.index} ({task.render(t.tokens)}) does not replay: the engine reported "
-            f"expected {found.expected}, produced {found.produced} ({found.reason}); the evaluator gives "
-            f"expected {t.truth}, produced {produced} ({reason or 'correct'})")
+            f"{_claim(task, *theirs)}; the evaluator gives {_claim(task, *mine)}")
+    at = pos if pos >= 0 else None
     return Counterexample(
         index=found.index, tokens=[int(x) for x in t.tokens], input=task.render(t.tokens),
-        expected=task.answer_name(t.truth), produced=_produced_name(task, out), reason=reason, margin=t.margin,
-        overflow_at=list(out.where), real_produced=_produced_name(task, t.real_out),
-        real_margin=t.real_margin, trace=t.table)
+        expected=task.answer_name(mine[0]), produced=_produced_name(task, t.out, at), reason=mine[2],
+        margin=t.margin, overflow_at=list(t.out.where), real_produced=_produced_name(task, t.real_out, at),
+        real_margin=t.real_margin, trace=t.table, position=at)
 
 
-def _produced_name(task, out: Outputs) -> str:
-    """The answer by name; for an argmax tie, every class that shares the maximum."""
-    if out.tie[0]:
-        scores = out.scores[0]
+def _claim(task, expected: int, produced: int, reason: Optional[str], position: Optional[int]) -> str:
+    at = f"at position {position}: " if position is not None else ""
+    return f"{at}expected {task.answer_name(expected)}, produced {task.answer_name(produced)} ({reason or 'correct'})"
+
+
+def _produced_name(task, out: Outputs, position: Optional[int]) -> str:
+    """The answer by name (at `position` for a sequence output); for an argmax tie, every class that
+    shares the maximum."""
+    at = (0,) if out.pred.ndim == 1 else (0, out.pred.shape[1] - 1 if position is None else position)
+    if out.tie[at]:
+        scores = out.scores[at]
         return "tie(" + ", ".join(task.answer_name(int(c)) for c in np.flatnonzero(scores == scores.max())) + ")"
-    return task.answer_name(int(out.pred[0]))
+    return task.answer_name(int(out.pred[at]))

@@ -22,9 +22,11 @@ HOW_TO_READ = (
     "trace: the forward pass of this input, in evaluation order. For each intermediate: 'codes' are "
     "the FX integer codes, 'values' = codes * 2^-f, 'real' = the same quantity in the unquantized "
     "model computed in float64. Names: embed (token + position), L<l>.H<h>.q/k/v (query, key, value "
-    "rows; the last layer's query only at the last position), .logits <q,k>, .max (M), .exp "
-    "(R(exp(s - M))), .Z (sum of exp, exact), .attn (R(e/Z)), .out (head output), L<l>.heads, "
-    "L<l>.attn_out (after W_O), L<l>.resid, L<l>.ffn_hidden, L<l>.ffn_out, L<l>.out, readout.scores.")
+    "rows; the last layer's query only at the last position unless the readout reads every position), "
+    ".logits <q,k>, .max (M), .exp (R(exp(s - M))), .Z (sum of exp, exact), .attn (R(e/Z)), .out (head "
+    "output), L<l>.heads, L<l>.attn_out (after W_O), L<l>.resid, L<l>.ffn_hidden, L<l>.ffn_out, L<l>.out, "
+    "readout.scores (one row per position read). A recurrent model: Wh (W h_{t-1} + b per step), h "
+    "(the state after each step). 'position' in the counterexample is the first position that fails.")
 
 
 def _list(a):

@@ -1,11 +1,12 @@
 """The SMT encoding of "this model fails on some input of this case" (docs/smt-encoding.md).
 
-`encode` mirrors `Evaluator.forward` operation by operation on `Sym` values: layer 0 comes from
-the evaluator's own (position, token) tables, so every quantity that depends on one token is a
-numpy table computed by the evaluator's arithmetic, and only mixtures of tokens reach z3.  The
+`encode` mirrors `Evaluator.forward` (or `RecurrentEvaluator.forward`) operation by operation on
+`Sym` values: layer 0 comes from the evaluator's own (position, token) tables, so every quantity
+that depends on one token is a numpy table computed by the evaluator's arithmetic, and only
+mixtures of tokens reach z3.  The
 formula is the negation of the task's specification: the readout's strict argmax is not the
 answer (a tie counts as a failure), or a threshold bit is wrong, or, under ``overflow = error``,
-something saturated.
+something saturated; for a readout at every position, a failure at any position.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import z3
 
 from .budget import Deadline
-from .evaluator import Evaluator, readout_margins, trace
+from .evaluator import Evaluator, RecurrentEvaluator, make_evaluator, readout_margins, trace
 from .symbolic import Sym, SymFX
 from .tasks import Case
 
@@ -28,8 +29,8 @@ class Encoding:
     case: Case
     sfx: SymFX
     fail: Sym  # Bool: the model fails on the input
-    scores: list[Sym]  # the readout codes
-    truth: Sym  # the expected answer
+    scores: list  # the readout codes; for a readout at every position, one list per position
+    truth: Sym | list  # the expected answer; for a readout at every position, one per position
     trace: dict  # evaluator names (L0.H0.attn, L0.out, ...) -> nested lists of Sym, query positions first
     readout: object  # the model's Readout (kind, theta)
     valid: Sym | None = None  # Bool: a member of the case's box is an input of the task (None: every one)
@@ -53,6 +54,8 @@ class Encoding:
         domain, the token's position) (one entry and None if nothing depends on a token); None when
         a score or the answer mixes tokens, or the case filters its inputs.
         """
+        if isinstance(self.truth, list):  # a sequence output: margins over several positions' tokens
+            return None
         values = self.scores + [self.truth]
         if self.case.valid is not None or any(y.expr is not None for y in values):
             return None
@@ -76,9 +79,9 @@ class Encoding:
         in_box = len(tokens) == len(doms) and all(t in d for t, d in zip(tokens, doms))
         return in_box and (self.valid is None or bool(self.at(self.valid, tokens)))
 
-    def compare(self, ev: Evaluator, tokens) -> str:
+    def compare(self, ev: Evaluator | RecurrentEvaluator, tokens) -> str:
         """Both traces at an input: the first intermediate where the encoding and the evaluator differ."""
-        _, values = trace(Evaluator(ev.model, ev.arith, tables=False), np.asarray(tokens))
+        _, values = trace(make_evaluator(ev.model, ev.arith, tables=False), np.asarray(tokens))
 
         def value(x):
             return [value(y) for y in x] if isinstance(x, list) else self.at(x, tokens)
@@ -90,7 +93,7 @@ class Encoding:
         return "no intermediate differs"
 
 
-def bit_width(ev: Evaluator) -> int:
+def bit_width(ev: Evaluator | RecurrentEvaluator) -> int:
     """Bit-vector width that holds every intermediate before rounding or saturation, and every
     constant of the specification (docs/smt-encoding.md, "Widths").
 
@@ -111,22 +114,17 @@ def threshold_code(theta: float, fx) -> int:
     return min(max(math.floor(Fraction(theta) * fx.one), fx.lo - 1), fx.hi)
 
 
-def encode(ev: Evaluator, case: Case, theory: str = "bv", deadline: Deadline | None = None) -> Encoding:
-    """The failure formula of one case; raises `TimedOut` if the deadline passes while it is built."""
-    fx, q, t = ev.arith, ev.q, ev.tables
-    S = SymFX(fx, case.domains, bit_width(ev), theory)
-    V, L, d = len(q.vocab), case.length, q.d
-    rows = [j * V + dom for j, dom in enumerate(S.domains)]
-    track = fx.overflow == "error"
-    if track and ev.saturated_use is not None:  # a saturated parameter fails the inputs that use it
-        use = ev.saturated_use
-        S.note(S.const(bool(use.always)))
-        for j, dom in enumerate(S.domains):
-            S.note(S.lookup(j, use.at(j, dom, q.P_mask)))
+class _Maps:
+    """The evaluator's linear maps and residual sums on `Sym` values, operation by operation."""
 
-    def lin(W, x, b=None):
-        if deadline is not None:  # checked per map and per query position: no step takes long
-            deadline.check()
+    def __init__(self, S: SymFX, deadline: Deadline | None):
+        self.S, self.fx, self.deadline = S, S.fx, deadline
+        self.track = S.fx.overflow == "error"
+
+    def lin(self, W, x, b=None):
+        S, fx = self.S, self.fx
+        if self.deadline is not None:  # checked per map and per query position: no step takes long
+            self.deadline.check()
         tokens = {s.var for s in x if s.var is not None}
         if not any(s.is_term for s in x) and len(tokens) <= 1:
             # a function of at most one token: the evaluator's own linear rule on the whole table
@@ -136,16 +134,17 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv", deadline: Deadline | N
                 np.zeros((n, 0), dtype=np.int64)  # a zero-width input: the map is its bias
             ctx = fx.context((n,))
             Y = fx.lin(W, rows, b, ctx, "lin")
-            if track:
+            if self.track:
                 S.note(S.const(ctx.ovf[0]) if j is None else S.lookup(j, ctx.ovf))
             return [S.const(Y[0, r]) if j is None else S.lookup(j, Y[:, r]) for r in range(W.shape[0])]
         out = []
         for r in range(W.shape[0]):
             cols = np.flatnonzero(W[r])
-            out.append(dot([S.const(W[r, c]) for c in cols], [x[c] for c in cols], None if b is None else b[r]))
+            out.append(self.dot([S.const(W[r, c]) for c in cols], [x[c] for c in cols], None if b is None else b[r]))
         return out
 
-    def dot(a, b, bias=None):
+    def dot(self, a, b, bias=None):
+        S, fx = self.S, self.fx
         # R(0 * x) = 0 in every rounding mode and never saturates: drop products with a constant 0
         pairs = [(x, y) for x, y in zip(a, b) if not ((x.is_const and x.value() == 0) or (y.is_const and y.value() == 0))]
         a, b = [x for x, _ in pairs], [y for _, y in pairs]
@@ -157,14 +156,52 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv", deadline: Deadline | N
             s = S.round_shift(s, fx.f)
         return S.sat(s)
 
-    def add(x, y):
-        return [S.sat(S.add(a, b)) for a, b in zip(x, y)]
+    def add(self, x, y):
+        return [self.S.sat(self.S.add(a, b)) for a, b in zip(x, y)]
+
+
+def encode(ev, case: Case, theory: str = "bv", deadline: Deadline | None = None) -> Encoding:
+    """The failure formula of one case; raises `TimedOut` if the deadline passes while it is built."""
+    S = SymFX(ev.arith, case.domains, bit_width(ev), theory)
+    maps = _Maps(S, deadline)
+    use = ev.saturated_use
+    if maps.track and use is not None:  # a saturated parameter fails the inputs that use it
+        P_mask = getattr(ev.q, "P_mask", None)
+        S.note(S.const(bool(use.always)))
+        for j, dom in enumerate(S.domains):
+            S.note(S.lookup(j, use.at(j, dom, P_mask)))
+    if isinstance(ev, RecurrentEvaluator):
+        X, rec = _recurrent(ev, S, maps)
+    else:
+        X, rec = _transformer(ev, S, maps, case.length, deadline)
+    return _specification(ev, case, maps, X, rec)
+
+
+def _recurrent(ev: RecurrentEvaluator, S: SymFX, maps: _Maps) -> tuple[list, dict]:
+    """The states h_t of a recurrent model, as `RecurrentEvaluator.forward` computes them."""
+    q = ev.q
+    h, states = [S.const(c) for c in q.h0], []
+    for t, dom in enumerate(S.domains):
+        a = maps.lin(q.W, h, q.b)
+        h = [S.relu(x) for x in maps.add(a, [S.lookup(t, q.U[dom, c]) for c in range(q.d)])]
+        states.append(h)
+    return states, {"h": states}
+
+
+def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadline | None) -> tuple[list, dict]:
+    """The residual stream at the positions the readout reads, as `Evaluator.forward` computes it."""
+    fx, q, t = ev.arith, ev.q, ev.tables
+    V, d = len(q.vocab), q.d
+    rows = [j * V + dom for j, dom in enumerate(S.domains)]
+    track = maps.track
+    lin, dot, add = maps.lin, maps.dot, maps.add
 
     rec: dict = {}
     X = None
+    every = q.readout.positions == "all"
     for li, layer in enumerate(q.layers):
         final = li == len(q.layers) - 1
-        qpos = [L - 1] if final else list(range(L))
+        qpos = [L - 1] if final and not every else list(range(L))
         keys = {i: [j for j in range(L) if not layer.causal or j <= i] for i in qpos}
         if li == 0:
             Xq = [[S.lookup(i, t.x0[rows[i], c]) for c in range(d)] for i in qpos]
@@ -222,22 +259,36 @@ def encode(ev: Evaluator, case: Case, theory: str = "bv", deadline: Deadline | N
                 rec.setdefault(f"L{li}.out", []).append(x)
             Xnew.append(x)
         X = Xnew
-    y = lin(q.readout.W_U, X[-1], q.readout.b_U)
+    return X, rec
+
+
+def _specification(ev, case: Case, maps: _Maps, X: list, rec: dict) -> Encoding:
+    """The failure formula from the states the readout reads (one per position, the last one last)."""
+    q, S = ev.q, maps.S
     truth = case.truth(S)
-    if q.readout.kind == "argmax":
-        best = S.select(y, truth)
-        fail = S.any([S.and_(S.ne(truth, S.const(c)), S.ge(y[c], best)) for c in range(len(y))])
+    if q.readout.positions == "all":  # a failure at any position
+        y = [maps.lin(q.readout.W_U, x, q.readout.b_U) for x in X]
+        fail = S.any([_wrong(S, q.readout, yi, ti) for yi, ti in zip(y, truth)])
     else:
-        theta = S.const(threshold_code(q.readout.theta, fx))
-        fail = S.any([S.ne(S.gt(yi, theta), S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1,
-                                                   lambda e, i=i: _bit(e, i)))
-                      for i, yi in enumerate(y)])
-    if track:
+        y = maps.lin(q.readout.W_U, X[-1], q.readout.b_U)
+        fail = _wrong(S, q.readout, y, truth)
+    if ev.arith.overflow == "error":
         fail = S.any([fail] + S.overflows)
     valid = case.valid(S) if case.valid is not None else None
     if valid is not None:
         fail = S.and_(valid, fail)
     return Encoding(case, S, fail, y, truth, rec, q.readout, valid)
+
+
+def _wrong(S: SymFX, readout, y: list[Sym], truth: Sym) -> Sym:
+    """The readout codes y do not give the answer: not the strict argmax (a tie fails), or a
+    threshold bit that differs."""
+    if readout.kind == "argmax":
+        best = S.select(y, truth)
+        return S.any([S.and_(S.ne(truth, S.const(c)), S.ge(y[c], best)) for c in range(len(y))])
+    theta = S.const(threshold_code(readout.theta, S.fx))
+    return S.any([S.ne(S.gt(yi, theta), S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1, lambda e, i=i: _bit(e, i)))
+                  for i, yi in enumerate(y)])
 
 
 def _bit(e, i: int):

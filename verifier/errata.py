@@ -84,7 +84,7 @@ def _side(claim: Claim, variant: Optional[str], p: int, ps: list[int], dump_dir:
     side = Side(result.verdict)
     if result.counterexamples:
         c = result.counterexamples[0]
-        side.detail = f"{c.input} -> expected {c.expected}, got {c.produced}"
+        side.detail = f"{c.input} -> {c.claim}"
         if dump_dir is not None:
             side.dump = str(write_dumps(result, dump_dir)[0])
     verdicts = {q: (result.verdict if q == p else prove(claim.task, p=q, **run).verdict) for q in ps}

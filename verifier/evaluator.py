@@ -11,10 +11,11 @@ One pass, written once against the arithmetic interface of `verifier.arithmetic`
   recorder it keeps every intermediate of the input (``trace``).  Counterexamples are replayed
   on this path, so the fast path is cross-checked on every reported failure.
 
-Only the last position is read out, so the last layer computes its query, FFN and readout at the
-last position only; keys and values are still computed at every position.  Saturations that
-cannot influence the output are therefore not computed and not reported under
-``overflow = error``.
+A readout at the last position only (the default) lets the last layer compute its query, FFN and
+readout at the last position only; keys and values are still computed at every position.
+Saturations that cannot influence the output are therefore not computed and not reported under
+``overflow = error``.  A readout at every position (``Readout.positions = "all"``) computes them
+everywhere, and answers are then (B, L): an input fails when any position does (`judge`).
 
 Linear maps skip the columns that are zero after quantization: R(0 * x) = 0 in every rounding
 mode, so skipping them is exact.  A map whose rows each have few non-zeros (the identity blocks of
@@ -30,20 +31,35 @@ import numpy as np
 
 from .arithmetic import Arithmetic, Ctx, FixedPoint, Real, Recorder
 from .budget import require_memory
-from .model import Model
+from .model import Model, Recurrent
 
 _LOGIT_TABLE_LIMIT = 1 << 24  # pairs x m products computed for the layer-0 logit table
 
 
 @dataclass
 class Outputs:
-    """What a batch evaluates to: readout scores, the answer, and the failure flags."""
+    """What a batch evaluates to: readout scores, the answer, and the failure flags.  A readout at
+    every position adds a position axis after the batch axis to scores, pred and tie."""
 
     scores: np.ndarray  # (B, C) in the arithmetic's representation
     pred: np.ndarray  # (B,) int64: class (argmax) or bit pattern (threshold)
     tie: np.ndarray  # (B,) bool: argmax had no strict maximum
     ovf: np.ndarray  # (B,) bool: a saturation happened under overflow = error
     where: list[str] = field(default_factory=list)  # saturation locations (trace mode)
+
+
+@dataclass
+class Judged:
+    """Per input of a batch: does it fail, and where.  For a readout at every position, the first
+    failing position (-1 when only a saturation fails it), and the answers at that position (the
+    last one when none is wrong)."""
+
+    failed: np.ndarray  # (B,) bool
+    position: np.ndarray  # (B,) int64; -1: no position (last-position readout, or overflow only)
+    expected: np.ndarray  # (B,) the expected answer (at `position`)
+    produced: np.ndarray  # (B,)
+    reason: list[Optional[str]]  # wrong | tie | overflow | None (correct)
+    margin: np.ndarray  # (B,) the smallest margin over the positions read
 
 
 @dataclass
@@ -60,9 +76,9 @@ class SaturatedUse:
     row_names: dict[tuple[str, int], str] = field(default_factory=dict)  # ("E", t) / ("P", i) -> an entry
 
     def note(self, name: str, saturated: np.ndarray) -> None:
-        if name in ("E", "P"):
+        if name in ("E", "R.U", "P"):
             rows = saturated.any(axis=1)
-            (self.token if name == "E" else self.position)[:] |= rows
+            (self.position if name == "P" else self.token)[:] |= rows
             for r in np.flatnonzero(rows):
                 self.row_names[name, int(r)] = _entry(name, (r, np.flatnonzero(saturated[r])[0]))
         else:
@@ -70,7 +86,9 @@ class SaturatedUse:
 
     def at(self, position, tokens: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
         """Per token of `tokens` at `position` (an index, or one per last axis of `tokens`): does it
-        use a saturated embedding or position row?"""
+        use a saturated embedding or position row?  (A model without position rows: embeddings only.)"""
+        if not len(self.position):
+            return self.token[tokens]
         return self.token[tokens] | (self.position[position] & P_mask[tokens])
 
     def inputs(self, tokens: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
@@ -102,16 +120,17 @@ class _Layer0Tables:
     logit_ovf: Optional[list[np.ndarray]]
 
 
-class Evaluator:
-    """Quantizes a model once into an arithmetic and evaluates batches of token sequences."""
+class _Reader:
+    """What every evaluator shares: the quantized model, and reading its answers."""
 
-    def __init__(self, model: Model, arith: Arithmetic, tables: bool = True):
+    def _quantize(self, model, arith: Arithmetic, positions: int) -> None:
+        """Set `q`, the quantized model; note the saturated parameters and the quantization error."""
         self.model = model
         self.arith = arith
         arith.check_capacity(model.widest_sum())
         self.saturated_params: list[str] = []
         self.quant_error = 0.0
-        use = SaturatedUse(np.zeros(len(model.vocab), bool), np.zeros(model.max_len, bool))
+        use = SaturatedUse(np.zeros(len(model.vocab), bool), np.zeros(positions, bool))
 
         def quantize(name: str, w: np.ndarray) -> np.ndarray:
             codes, sat = arith.quantize(w)
@@ -126,10 +145,86 @@ class Evaluator:
         self.q = model.map_arrays(quantize)
         tracked = isinstance(arith, FixedPoint) and arith.overflow == "error" and bool(self.saturated_params)
         self.saturated_use = use if tracked else None
+
+    def _start(self, tokens: np.ndarray, locate: bool, P_mask: np.ndarray) -> tuple[np.ndarray, Ctx]:
+        """The batch as int64 and its context, with the inputs that use a saturated parameter flagged."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        ctx = self.arith.context((len(tokens),), locate=locate)
+        if self.saturated_use is not None:
+            ctx.ovf |= self.saturated_use.inputs(tokens, P_mask)
+            if locate:
+                ctx.where.extend(f"parameter {s}" for s in self.saturated_use.used(tokens[0], P_mask))
+        return tokens, ctx
+
+    def _decide(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ro = self.q.readout
+        if ro.kind == "argmax":
+            top = y.max(axis=-1)
+            return y.argmax(axis=-1).astype(np.int64), (y == top[..., None]).sum(axis=-1) > 1
+        bits = self.arith.to_real(y) > ro.theta
+        return (bits.astype(np.int64) << np.arange(y.shape[-1])).sum(axis=-1), np.zeros(y.shape[:-1], dtype=bool)
+
+    def margins(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
+        """How far each decision is from flipping, in real units (see `readout_margins`); the
+        smallest over the positions read."""
+        ro = self.q.readout
+        y = self.arith.to_real(out.scores)
+        expected = np.asarray(expected)
+        flat = readout_margins(y.reshape(-1, y.shape[-1]), expected.reshape(-1), ro.kind, ro.theta)
+        return flat.reshape(expected.shape).min(axis=1) if expected.ndim == 2 else flat
+
+    def failures(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
+        """Mask of the inputs the model gets wrong: a wrong answer or a tie (at any position read),
+        or a saturation (error mode)."""
+        wrong = (out.pred != expected) | out.tie
+        return (wrong.any(axis=1) if wrong.ndim == 2 else wrong) | out.ovf
+
+    def judge(self, out: Outputs, expected: np.ndarray) -> Judged:
+        """Each input's verdict, and for a failure the position and answers to report."""
+        expected = np.asarray(expected)
+        wrong = (out.pred != expected) | out.tie
+        B = len(expected)
+        if wrong.ndim == 2:
+            any_wrong = wrong.any(axis=1)
+            position = np.where(any_wrong, wrong.argmax(axis=1), -1)
+            at = np.where(any_wrong, position, wrong.shape[1] - 1)
+            rows = np.arange(B)
+            exp, pred, tie, any_wrong = expected[rows, at], out.pred[rows, at], out.tie[rows, at], any_wrong
+        else:
+            position, exp, pred, tie, any_wrong = np.full(B, -1), expected, out.pred, out.tie, wrong
+        reason = ["overflow" if o else "tie" if t else "wrong" if w else None
+                  for o, t, w in zip(out.ovf, tie, any_wrong)]
+        return Judged(any_wrong | out.ovf, position.astype(np.int64), exp, pred, reason,
+                      self.margins(out, expected))
+
+
+class Evaluator(_Reader):
+    """Quantizes a model once into an arithmetic and evaluates batches of token sequences."""
+
+    def __init__(self, model: Model, arith: Arithmetic, tables: bool = True):
+        self._quantize(model, arith, model.max_len)
         self._cols: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
         if tables:
             self._require_tables()
         self.tables = self._build_tables() if tables else None
+
+    def batch_size(self, L: int) -> int:
+        """Inputs per batch of length L so that the largest int64 temporary stays near 2^22 elements."""
+        model = self.q
+        cost = 0
+        every = model.readout.positions == "all"
+        for li, layer in enumerate(model.layers):
+            Lq = 1 if li == len(model.layers) - 1 and not every else L
+            H = len(layer.heads)
+            m, mv = layer.heads[0].W_Q.shape[0], layer.heads[0].W_V.shape[0]
+            if li == 0 and self.tables is not None:
+                cost = max(cost, Lq * L * mv * H, 0 if self.tables.logits is not None else Lq * L * m)
+            else:
+                cost = max(cost, Lq * L * m, L * m * model.d, L * mv * model.d, Lq * L * mv)
+            cost = max(cost, Lq * model.d * layer.W_O.shape[1])
+            if layer.has_ffn:
+                cost = max(cost, Lq * layer.W1.size)
+        return _batch(cost)
 
     # -- helpers ------------------------------------------------------------------------------
     def _plan(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -200,18 +295,14 @@ class Evaluator:
     def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
         """Evaluate a batch (B, L) of token ids, all of one length L <= max_len."""
         q, arith = self.q, self.arith
-        tokens = np.asarray(tokens, dtype=np.int64)
+        tokens, ctx = self._start(tokens, locate, q.P_mask)
         B, L = tokens.shape
-        ctx = arith.context((B,), locate=locate)
-        if self.saturated_use is not None:
-            ctx.ovf |= self.saturated_use.inputs(tokens, q.P_mask)
-            if locate:
-                ctx.where.extend(f"parameter {s}" for s in self.saturated_use.used(tokens[0], q.P_mask))
         positions = np.arange(L)
+        every = q.readout.positions == "all"
         X = None  # residual stream at every position that later layers read
         for li, layer in enumerate(q.layers):
             final = li == len(q.layers) - 1
-            qpos = positions[-1:] if final else positions
+            qpos = positions[-1:] if final and not every else positions
             mask = (qpos[:, None] >= positions[None, :]) if layer.causal else None
             use_tables = li == 0 and self.tables is not None
             if use_tables:
@@ -269,28 +360,54 @@ class Evaluator:
                 if rec:
                     rec(f"L{li}.ffn_hidden", hidden), rec(f"L{li}.ffn_out", F), rec(f"L{li}.out", Xq)
             X = Xq
-        y = self._lin(q.readout.W_U, X[:, -1], q.readout.b_U, ctx, "readout")
+        y = self._lin(q.readout.W_U, X if every else X[:, -1], q.readout.b_U, ctx, "readout")
         if rec:
             rec("readout.scores", y)
         pred, tie = self._decide(y)
         return Outputs(y, pred, tie, ctx.ovf, ctx.where)
 
-    def _decide(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ro = self.q.readout
-        if ro.kind == "argmax":
-            top = y.max(axis=1)
-            return y.argmax(axis=1).astype(np.int64), (y == top[:, None]).sum(axis=1) > 1
-        bits = self.arith.to_real(y) > ro.theta
-        return (bits.astype(np.int64) << np.arange(y.shape[1])).sum(axis=1), np.zeros(len(y), dtype=bool)
+class RecurrentEvaluator(_Reader):
+    """The FX forward pass of a `Recurrent` model, one step at a time, vectorised over the batch:
+    a = sat(R(W h) + b), then h = ReLU(sat(a + U[x_t])) (docs/arithmetic.md, "Recurrent models")."""
 
-    def margins(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
-        """How far each decision is from flipping, in real units (see `readout_margins`)."""
-        ro = self.q.readout
-        return readout_margins(self.arith.to_real(out.scores), expected, ro.kind, ro.theta)
+    tables = None  # no layer-0 tables: every step reads the previous state
 
-    def failures(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
-        """Mask of the inputs the model gets wrong: wrong answer, tie, or saturation (error mode)."""
-        return (out.pred != expected) | out.tie | out.ovf
+    def __init__(self, model: Recurrent, arith: Arithmetic, tables: bool = True):
+        self._quantize(model, arith, 0)
+
+    def batch_size(self, L: int) -> int:
+        q = self.q
+        return _batch(max(q.W.size, q.readout.W_U.size * (L if q.readout.positions == "all" else 1)))
+
+    def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
+        q, arith = self.q, self.arith
+        tokens, ctx = self._start(tokens, locate, np.zeros(len(q.vocab), bool))
+        B, L = tokens.shape
+        h = np.broadcast_to(q.h0, (B, q.d))
+        pre, states = [], []
+        for t in range(L):
+            a = arith.lin(q.W, h, q.b, ctx, f"t{t}.Wh")
+            h = arith.relu(arith.add(a, q.U[tokens[:, t]], ctx, f"t{t}.pre"))
+            pre.append(a), states.append(h)
+        H = np.stack(states, axis=1)
+        if rec:
+            rec("Wh", np.stack(pre, axis=1)), rec("h", H)
+        every = q.readout.positions == "all"
+        y = arith.lin(q.readout.W_U, H if every else h, q.readout.b_U, ctx, "readout")
+        if rec:
+            rec("readout.scores", y)
+        pred, tie = self._decide(y)
+        return Outputs(y, pred, tie, ctx.ovf, ctx.where)
+
+
+def _batch(cost: int) -> int:
+    return int(min(1 << 16, max(16, (1 << 22) // max(cost, 1))))
+
+
+def make_evaluator(model: Model | Recurrent, arith: Arithmetic, tables: bool = True) -> Evaluator | RecurrentEvaluator:
+    """The evaluator for a model: `tables` (the layer-0 tables of a transformer) for the engines,
+    without them for the generic path that replays and traces."""
+    return (RecurrentEvaluator if isinstance(model, Recurrent) else Evaluator)(model, arith, tables)
 
 
 def readout_margins(y: np.ndarray, expected: np.ndarray, kind: str, theta: float) -> np.ndarray:
@@ -311,7 +428,7 @@ def readout_margins(y: np.ndarray, expected: np.ndarray, kind: str, theta: float
     return np.where(want == 1, y - theta, theta - y).min(axis=1)
 
 
-def trace(ev: Evaluator, tokens: np.ndarray) -> tuple[Outputs, dict[str, np.ndarray]]:
+def trace(ev: Evaluator | RecurrentEvaluator, tokens: np.ndarray) -> tuple[Outputs, dict[str, np.ndarray]]:
     """Every intermediate of one input: {name: array without the batch axis}.
 
     Use an evaluator built with ``tables=False``, so the values come from the generic path.
@@ -325,6 +442,6 @@ def trace(ev: Evaluator, tokens: np.ndarray) -> tuple[Outputs, dict[str, np.ndar
     return out, values
 
 
-def reference(model: Model) -> Evaluator:
+def reference(model: Model | Recurrent) -> Evaluator | RecurrentEvaluator:
     """The float64 reference evaluator of the unquantized model."""
-    return Evaluator(model, Real(), tables=False)
+    return make_evaluator(model, Real(), tables=False)

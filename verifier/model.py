@@ -31,6 +31,7 @@ FORMAT_NAME = "verify-model"
 FORMAT_VERSION = 1
 ATTENTIONS = ATTENTION_KINDS
 READOUTS = ("argmax", "threshold")
+READ_POSITIONS = ("last", "all")
 MAX_THRESHOLD_BITS = 62  # a threshold readout's answer is a bit pattern in an int64
 EXACT_INTEGERS = 1 << 53  # integer weights beyond this are not exact in float64
 
@@ -39,7 +40,7 @@ META_SCHEMA = {
     "title": "metadata of a verify model file (the JSON string array 'meta' of the .npz)",
     "type": "object",
     "additionalProperties": False,
-    "required": ["format", "version", "vocab", "layers"],
+    "required": ["format", "version", "vocab"],
     "properties": {
         "format": {"type": "string", "const": FORMAT_NAME},
         "version": {"type": "integer", "const": FORMAT_VERSION},
@@ -50,9 +51,13 @@ META_SCHEMA = {
                            "attention": {"type": "string", "enum": list(ATTENTIONS)},
                            "residual": {"type": "boolean"}, "causal": {"type": "boolean"},
                            "ffn": {"type": "boolean"}}}},
+        "recurrent": {"type": "object", "additionalProperties": False, "required": ["hidden"],
+                      "description": "an Elman network instead of layers: arrays R.U, R.W, R.b, R.h0",
+                      "properties": {"hidden": {"type": "integer", "minimum": 1}}},
         "readout": {"type": "object", "additionalProperties": False, "required": ["kind"],
                     "properties": {"kind": {"type": "string", "enum": list(READOUTS)},
-                                   "theta": {"type": "number"}}},
+                                   "theta": {"type": "number"},
+                                   "positions": {"type": "string", "enum": list(READ_POSITIONS)}}},
         "info": {"type": "object", "description": "free-form: the construction and its parameters"},
     },
 }
@@ -84,13 +89,15 @@ class Layer:
 
 @dataclass
 class Readout:
-    """Read at the last position: ``y = W_U x + b_U``; argmax (strict, a tie fails) or
-    threshold (bit i is 1 iff y_i > theta, strict)."""
+    """``y = W_U x + b_U``; argmax (strict, a tie fails) or threshold (bit i is 1 iff y_i > theta,
+    strict).  Read at the last position, or at every position (``positions = "all"``: a sequence
+    output, as induction heads and per-prefix Dyck membership need)."""
 
     W_U: np.ndarray  # (C, d)
     b_U: np.ndarray  # (C,)
     kind: str = "argmax"
     theta: float = 0.0
+    positions: str = "last"
 
 
 @dataclass
@@ -185,23 +192,78 @@ class Model:
                     if arr is None:
                         raise InputError(f"array 'L{li}.{key}' is missing: expected shape {_fmt(shape)}")
                     _expect(arr, f"L{li}.{key}", shape, _fmt(shape))
-        ro = self.readout
-        if ro.kind not in READOUTS:
-            raise InputError(f"readout kind must be one of {READOUTS}, got {ro.kind!r}")
-        if isinstance(ro.theta, bool) or not isinstance(ro.theta, (int, float)) or not math.isfinite(ro.theta):
-            raise InputError(f"readout theta must be a finite number, got {show(ro.theta)}")
-        C = _shape2(self.readout.W_U, "U.W", ("C", str(d)))[0]
-        if C < 1:
-            raise InputError(f"array 'U.W' has no rows: the readout needs one row per class (argmax) or per "
-                             f"output bit (threshold), expected shape (C, {d}) with C >= 1")
-        if ro.kind == "threshold" and C > MAX_THRESHOLD_BITS:
-            raise InputError(f"array 'U.W' has {C} rows; a threshold readout has at most {MAX_THRESHOLD_BITS} "
-                             f"output bits")
-        _expect(self.readout.W_U, "U.W", (C, d), f"({C}, {d})")
-        _expect(self.readout.b_U, "U.b", (C,), f"({C},)")
-        for name, arr in self.named_arrays().items():
-            if not np.all(np.isfinite(arr)):
-                raise InputError(f"array '{name}' has non-finite entries")
+        _check_readout(self.readout, d)
+        _check_finite(self)
+
+
+@dataclass
+class Recurrent:
+    """An Elman network read at every step (or the last): h_t = ReLU(W h_{t-1} + b + U[x_t]),
+    from h_{-1} = h0, with the readout ``y_t = W_U h_t + b_U``.  ``U[v]`` is the input map's column
+    for the one-hot token v.  It takes inputs of any length (``max_len`` is None)."""
+
+    U: np.ndarray  # (V, h)
+    W: np.ndarray  # (h, h)
+    b: np.ndarray  # (h,)
+    h0: np.ndarray  # (h,)
+    readout: Readout
+    vocab: list[str]
+    info: dict = field(default_factory=dict)
+    max_len = None
+
+    @property
+    def d(self) -> int:
+        return self.W.shape[0]
+
+    def named_arrays(self) -> dict[str, np.ndarray]:
+        return {"R.U": self.U, "R.W": self.W, "R.b": self.b, "R.h0": self.h0,
+                "U.W": self.readout.W_U, "U.b": self.readout.b_U}
+
+    def map_arrays(self, fn: Callable[[str, np.ndarray], np.ndarray]) -> "Recurrent":
+        a = {name: fn(name, arr) for name, arr in self.named_arrays().items()}
+        return replace(self, U=a["R.U"], W=a["R.W"], b=a["R.b"], h0=a["R.h0"],
+                       readout=replace(self.readout, W_U=a["U.W"], b_U=a["U.b"]))
+
+    def n_params(self) -> int:
+        return int(sum(a.size for a in self.named_arrays().values()))
+
+    def widest_sum(self) -> int:
+        return max(self.d, self.readout.W_U.shape[1]) + 2
+
+    def validate(self) -> None:
+        V, h = _shape2(self.U, "R.U", ("V", "h"))
+        if h < 1:
+            raise InputError("array 'R.U' has no columns: the hidden state needs h >= 1 units")
+        if len(self.vocab) != V:
+            raise InputError(f"metadata 'vocab' has {len(self.vocab)} names, expected {V} (rows of R.U)")
+        for name, shape in (("R.W", (h, h)), ("R.b", (h,)), ("R.h0", (h,))):
+            _expect(self.named_arrays()[name], name, shape, _fmt(shape))
+        _check_readout(self.readout, h)
+        _check_finite(self)
+
+
+def _check_readout(ro: Readout, d: int) -> None:
+    if ro.kind not in READOUTS:
+        raise InputError(f"readout kind must be one of {READOUTS}, got {ro.kind!r}")
+    if ro.positions not in READ_POSITIONS:
+        raise InputError(f"readout positions must be one of {READ_POSITIONS}, got {show(ro.positions)}")
+    if isinstance(ro.theta, bool) or not isinstance(ro.theta, (int, float)) or not math.isfinite(ro.theta):
+        raise InputError(f"readout theta must be a finite number, got {show(ro.theta)}")
+    C = _shape2(ro.W_U, "U.W", ("C", str(d)))[0]
+    if C < 1:
+        raise InputError(f"array 'U.W' has no rows: the readout needs one row per class (argmax) or per "
+                         f"output bit (threshold), expected shape (C, {d}) with C >= 1")
+    if ro.kind == "threshold" and C > MAX_THRESHOLD_BITS:
+        raise InputError(f"array 'U.W' has {C} rows; a threshold readout has at most {MAX_THRESHOLD_BITS} "
+                         f"output bits")
+    _expect(ro.W_U, "U.W", (C, d), f"({C}, {d})")
+    _expect(ro.b_U, "U.b", (C,), f"({C},)")
+
+
+def _check_finite(model) -> None:
+    for name, arr in model.named_arrays().items():
+        if not np.all(np.isfinite(arr)):
+            raise InputError(f"array '{name}' has non-finite entries")
 
 
 def _fmt(shape) -> str:
@@ -223,17 +285,20 @@ def _expect(arr, name: str, shape: tuple, text: str) -> None:
 
 # -- the file format ----------------------------------------------------------------------------
 
-def save_model(model: Model, path: str | Path) -> Path:
+def save_model(model: Model | Recurrent, path: str | Path) -> Path:
     """Write the model as one .npz (docs/model-format.md).  Never overwrites an existing file."""
     path = Path(path)
-    meta = {
-        "format": FORMAT_NAME, "version": FORMAT_VERSION, "vocab": list(model.vocab), "info": model.info,
-        "layers": [{"heads": len(l.heads), "attention": l.attention, "residual": bool(l.residual),
-                    "causal": bool(l.causal), "ffn": l.has_ffn} for l in model.layers],
-        "readout": {"kind": model.readout.kind, "theta": model.readout.theta},
-    }
+    meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "vocab": list(model.vocab), "info": model.info,
+            "readout": {"kind": model.readout.kind, "theta": model.readout.theta,
+                        "positions": model.readout.positions}}
+    if isinstance(model, Recurrent):
+        meta["recurrent"] = {"hidden": model.d}
+    else:
+        meta["layers"] = [{"heads": len(l.heads), "attention": l.attention, "residual": bool(l.residual),
+                           "causal": bool(l.causal), "ffn": l.has_ffn} for l in model.layers]
     arrays = {name: np.asarray(a, dtype=np.float64) for name, a in model.named_arrays().items()}
-    arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
+    if isinstance(model, Model):
+        arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
     arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
     try:
         with open(path, "xb") as fh:
@@ -243,7 +308,7 @@ def save_model(model: Model, path: str | Path) -> Path:
     return path
 
 
-def load_model(path: str | Path) -> Model:
+def load_model(path: str | Path) -> Model | Recurrent:
     """Read and validate a model file; every problem is an InputError with one clear line.
 
     The metadata is checked against `META_SCHEMA`, every array's type strictly (real numbers only;
@@ -267,7 +332,9 @@ def load_model(path: str | Path) -> Model:
         raise InputError(f"{source} has no 'meta' array (JSON metadata)")
     meta = validate(parse_json(_meta_text(arrays.pop("meta"), source), f"{source}: 'meta'"), META_SCHEMA,
                     f"{source}: meta")
-    known = {"E", "P", "P_mask", "U.W", "U.b"}
+    if ("layers" in meta) == ("recurrent" in meta):
+        raise InputError(f"{source}: meta must have exactly one of 'layers' (a transformer) and 'recurrent'")
+    known = {"U.W", "U.b"} | ({"R.U", "R.W", "R.b", "R.h0"} if "recurrent" in meta else {"E", "P", "P_mask"})
 
     def get(name: str, required: bool = True):
         known.add(name)
@@ -278,7 +345,7 @@ def load_model(path: str | Path) -> Model:
         return _real_array(arrays[name], name, source)
 
     layers = []
-    for li, lm in enumerate(meta["layers"]):
+    for li, lm in enumerate(meta.get("layers", [])):
         heads = [Head(get(f"L{li}.H{hi}.W_Q"), get(f"L{li}.H{hi}.W_K"), get(f"L{li}.H{hi}.W_V"))
                  for hi in range(lm["heads"])]
         ffn = {k: get(f"L{li}.{k}") for k in ("W1", "b1", "W2", "b2")} if lm.get("ffn", False) else {}
@@ -288,16 +355,22 @@ def load_model(path: str | Path) -> Model:
     if unexpected:
         raise InputError(f"{source}: unexpected array{'s' if len(unexpected) > 1 else ''} "
                          f"{', '.join(repr(a) for a in unexpected)} (not named by the metadata)")
-    E = get("E")
-    P_mask = arrays.get("P_mask")
-    if P_mask is None:
-        P_mask = np.ones(len(E), dtype=bool)
-    elif P_mask.dtype != np.bool_:
-        raise InputError(f"{source}: array 'P_mask' has dtype {P_mask.dtype}, expected bool")
     ro = meta.get("readout", {"kind": "argmax"})
-    model = Model(E=E, P=get("P"), P_mask=P_mask, layers=layers,
-                  readout=Readout(get("U.W"), get("U.b"), ro["kind"], ro.get("theta", 0.0)),
-                  vocab=list(meta["vocab"]), info=dict(meta.get("info", {})))
+    readout = Readout(get("U.W"), get("U.b"), ro["kind"], ro.get("theta", 0.0), ro.get("positions", "last"))
+    vocab, info = list(meta["vocab"]), dict(meta.get("info", {}))
+    if "recurrent" in meta:
+        model = Recurrent(get("R.U"), get("R.W"), get("R.b"), get("R.h0"), readout, vocab, info)
+        if model.d != meta["recurrent"]["hidden"]:
+            raise InputError(f"{source}: meta says {meta['recurrent']['hidden']} hidden units, array 'R.W' "
+                             f"has {model.d}")
+    else:
+        E = get("E")
+        P_mask = arrays.get("P_mask")
+        if P_mask is None:
+            P_mask = np.ones(len(E), dtype=bool)
+        elif P_mask.dtype != np.bool_:
+            raise InputError(f"{source}: array 'P_mask' has dtype {P_mask.dtype}, expected bool")
+        model = Model(E=E, P=get("P"), P_mask=P_mask, layers=layers, readout=readout, vocab=vocab, info=info)
     try:
         model.validate()
     except InputError as exc:

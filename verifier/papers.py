@@ -35,3 +35,11 @@ SANFORD_HSU_TELGARSKY_2024 = Paper(
 CHEN_PENG_WU_2024 = Paper(
     "Chen, Peng, Wu 2024", "2412.02975",
     'L. Chen, B. Peng, H. Wu, "Theoretical limitations of multi-layer Transformer", arXiv:2412.02975, 2024')
+SANFORD_HSU_TELGARSKY_2024B = Paper(
+    "Sanford, Hsu, Telgarsky 2024b", "2402.09268",
+    'C. Sanford, D. Hsu, M. Telgarsky, "Transformers, parallel computation, and logarithmic depth", ICML 2024, '
+    'arXiv:2402.09268')
+YAO_2021 = Paper(
+    "Yao et al. 2021", "2105.11115",
+    'S. Yao, B. Peng, C. Papadimitriou, K. Narasimhan, "Self-Attention Networks Can Process Bounded Hierarchical '
+    'Languages", ACL 2021, arXiv:2105.11115')

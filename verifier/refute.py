@@ -36,7 +36,7 @@ from .budget import Deadline
 from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random_seeds
 from .engines import Found, Problem
 from .errors import InputError
-from .evaluator import Evaluator, trace
+from .evaluator import Evaluator, make_evaluator, trace
 from .model import Head, Layer, Model, Readout
 from .result import EXIT_CODES, Counterexample
 from .tasks.combinatorics import falling
@@ -89,7 +89,7 @@ class Refutation:
                  f"  arithmetic  FX(p={a['p']}, f={a['f']}) rounding={a['rounding']} overflow={a['overflow']} "
                  f"accumulate={a['accumulate']}"]
         for c in self.counterexamples:
-            lines.append(f"  counterexample #{c.index}: {c.input} -> expected {c.expected}, got {c.produced} "
+            lines.append(f"  counterexample #{c.index}: {c.input} -> {c.claim} "
                          f"({c.reason}, margin {c.margin:g})")
         lines += [f"  argument    {line}" if i == 0 else f"              {line}" for i, line in enumerate(self.argument)]
         if self.bound:
@@ -138,8 +138,8 @@ class _Model:
 
     def __init__(self, problem: Problem):
         self.problem = problem
-        self.fast = Evaluator(problem.model, problem.arith)
-        self.generic = Evaluator(problem.model, problem.arith, tables=False)
+        self.fast = make_evaluator(problem.model, problem.arith)
+        self.generic = make_evaluator(problem.model, problem.arith, tables=False)
         last = len(problem.model.layers) - 1
         self.readout_input = f"L{last}.out" if problem.model.layers[last].has_ffn else f"L{last}.resid"
 
@@ -148,12 +148,9 @@ class _Model:
         task, ev = self.problem.task, self.fast
         expected, valid = task.evaluate(tokens)
         tokens, expected = tokens[valid], expected[valid]
-        out = ev.forward(tokens)
-        bad = np.flatnonzero(ev.failures(out, expected))[:limit]
-        margins = ev.margins(out, expected)
-        return [replay(self.problem, Found(task.index_of(tokens[i]), tokens[i], int(expected[i]), int(out.pred[i]),
-                                           "overflow" if out.ovf[i] else "tie" if out.tie[i] else "wrong",
-                                           float(margins[i])), self.generic) for i in bad]
+        judged = ev.judge(ev.forward(tokens), expected)
+        return [replay(self.problem, Found.of(judged, i, task.index_of(tokens[i]), tokens[i]), self.generic)
+                for i in np.flatnonzero(judged.failed)[:limit]]
 
     def readout_vector(self, tokens) -> np.ndarray:
         """What the readout reads at the last position (FX values)."""

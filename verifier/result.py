@@ -26,12 +26,19 @@ class Counterexample:
     real_produced: Optional[str] = None  # what the unquantized model answers (float64)
     real_margin: Optional[float] = None
     trace: dict = field(default_factory=dict, repr=False)  # name -> (codes, values, real)
+    position: Optional[int] = None  # for a sequence output: the first position that fails (0-based)
 
     def to_json(self) -> dict:
-        return {"index": self.index, "tokens": self.tokens, "input": self.input, "expected": self.expected,
-                "produced": self.produced, "reason": self.reason, "margin": _num(self.margin),
-                "overflow_at": self.overflow_at, "real_produced": self.real_produced,
+        return {"index": self.index, "tokens": self.tokens, "input": self.input, "position": self.position,
+                "expected": self.expected, "produced": self.produced, "reason": self.reason,
+                "margin": _num(self.margin), "overflow_at": self.overflow_at, "real_produced": self.real_produced,
                 "real_margin": _num(self.real_margin)}
+
+    @property
+    def claim(self) -> str:
+        """``expected a, got b``; for a sequence output ``at position i: expected a, got b``."""
+        at = f"at position {self.position}: " if self.position is not None else ""
+        return f"{at}expected {self.expected}, got {self.produced}"
 
 
 @dataclass
@@ -79,7 +86,7 @@ class Result:
                         if a.get("saturated_parameters") else ""))
         lines.append("  params      " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params.items()))
         share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
-        lines.append(f"  inputs      {self.covered:,} of {self.total:,} covered ({share} inputs"
+        lines.append(f"  inputs      {count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
                      + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
                      + f") by engine {self.engine} in {self.seconds:.2f} s")
         st = self.engine_stats
@@ -87,6 +94,10 @@ class Result:
             lines.append(f"  cases       {st['cases']} case splits: {st['decided_by_evaluation']} decided by partial "
                          f"evaluation, {st['decided_by_solver']} by {st['solver']} ({st['theory']}) in "
                          f"{st['solver_seconds']:.2f} s")
+        if "reachable_pairs" in st:
+            closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"
+                      if st["every_length"] else f"explored to length {st['lengths_explored']}")
+            lines.append(f"  reach       {st['reachable_pairs']} reachable (model state, DFA state) pairs, {closed}")
         if "sample_check" in st:
             sc = st["sample_check"]
             n = sc["cases"]
@@ -102,9 +113,14 @@ class Result:
             real = (f"; the unquantized model answers {c.real_produced} (margin {c.real_margin:.4g})"
                     if c.real_produced is not None else "")
             ovf = f" at {', '.join(c.overflow_at)}" if c.overflow_at else ""
-            lines.append(f"  counterexample #{c.index}: {c.input} -> expected {c.expected}, got {c.produced} "
+            lines.append(f"  counterexample #{c.index}: {c.input} -> {c.claim} "
                          f"({c.reason}{ovf}, margin {c.margin:g}){real}")
         return "\n".join(lines)
+
+
+def count_text(n: int) -> str:
+    """An input count: with thousands separators, or in scientific notation from 10^12 on."""
+    return f"{n:,}" if n < 10 ** 12 else f"{n:.3g}"
 
 
 def _num(x):

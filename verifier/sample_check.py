@@ -27,9 +27,8 @@ import numpy as np
 
 from .budget import Deadline
 from .engines.base import Problem
-from .engines.exhaustive import ev_batch_size
 from .errors import InternalError
-from .evaluator import Evaluator
+from .evaluator import make_evaluator
 from .tasks import Case
 
 RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
@@ -70,7 +69,7 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
     """Evaluate a sample of every case on the batched evaluator; InternalError at the first failure."""
     t0 = time.monotonic()
     task = problem.task
-    ev = Evaluator(problem.model, problem.arith)
+    ev = make_evaluator(problem.model, problem.arith)
     rng, pick = np.random.default_rng(seed), random.Random(seed)  # `pick` draws indices beyond int64
     pending: dict[int, list[tuple[str, np.ndarray]]] = {}
     checked = 0
@@ -83,20 +82,20 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
         tokens = np.concatenate([rows for _, rows in pending.pop(length)])
         answers, valid = task.evaluate(tokens)
         keep = np.flatnonzero(valid)
-        size = ev_batch_size(ev, length)
+        size = ev.batch_size(length)
         for a in range(0, len(keep), size):
             if deadline is not None:
                 deadline.check()
             rows = keep[a:a + size]
-            out = ev.forward(tokens[rows])
-            bad = np.flatnonzero(ev.failures(out, answers[rows]))
+            judged = ev.judge(ev.forward(tokens[rows]), answers[rows])
+            bad = np.flatnonzero(judged.failed)
             if len(bad):
                 j, r = bad[0], rows[bad[0]]
-                reason = "overflow" if out.ovf[j] else "tie" if out.tie[j] else "wrong answer"
+                at = f" at position {judged.position[j]}" if judged.position[j] >= 0 else ""
                 raise InternalError(
-                    f"the proof of case {names[r]} is contradicted by the evaluator: {task.render(tokens[r])} -> "
-                    f"expected {task.answer_name(int(answers[r]))}, the model gives "
-                    f"{task.answer_name(int(out.pred[j]))} ({reason}); no verdict can be given")
+                    f"the proof of case {names[r]} is contradicted by the evaluator: {task.render(tokens[r])} ->{at} "
+                    f"expected {task.answer_name(int(judged.expected[j]))}, the model gives "
+                    f"{task.answer_name(int(judged.produced[j]))} ({judged.reason[j]}); no verdict can be given")
             checked += len(rows)
 
     for case in task.cases():

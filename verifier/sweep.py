@@ -109,12 +109,22 @@ def parse_range(text: str, name: str) -> list[int]:
 
 
 def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
-             progress: Optional[Callable[[str], None]] = None, **problem) -> Frontier:
-    """Prove the construction for every (N, p) of the grid and extract p*(N)."""
+             progress: Optional[Callable[[str], None]] = None, int_bits: Optional[int] = None,
+             **problem) -> Frontier:
+    """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
+    f = p - int_bits at each p: p* then measures the fraction bits a construction needs."""
+    if int_bits is not None and problem.get("f") is not None:
+        raise InputError("--f and --int-bits both set the fractional bits; give one")
     arith = {k: problem[k] for k in ("f", "rounding", "overflow", "accumulate") if problem.get(k) is not None}
+
+    def at(p: int) -> dict:
+        return problem if int_bits is None else {**problem, "f": p - int_bits}
+
     for p in ps:  # every format of the grid is valid before any run
-        FixedPoint(p, **arith)
-    build_problem(task, N=max(Ns), p=max(ps), **problem)  # options, sizes and memory too
+        if int_bits is not None and not 0 <= p - int_bits <= p:
+            raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
+        FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
+    build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     rows = []
     arithmetic: dict = {}
     construction: dict = {}
@@ -125,14 +135,14 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
             rows.append(row)
             cex = {}
             for p in ps:
-                result = prove(task, N=N, p=p, engine=engine, timeout=timeout, **problem)
+                result = prove(task, N=N, p=p, engine=engine, timeout=timeout, **at(p))
                 if result.status == "interrupted":
                     raise KeyboardInterrupt
                 row.verdicts[p] = result.verdict
                 row.seconds += result.seconds
                 if result.counterexamples:
                     c = result.counterexamples[0]
-                    cex[p] = (c.input, f"{c.reason}: expected {c.expected}, got {c.produced}")
+                    cex[p] = (c.input, f"{c.reason}: {c.claim}")
                 arithmetic = {k: result.arithmetic[k] for k in ("rounding", "overflow", "accumulate")}
                 construction = result.construction
                 if progress:
@@ -143,7 +153,8 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
                 row.ruled_out_by, row.ruled_out_reason = cex[row.p_star - 1]
     except KeyboardInterrupt:
         partial = f"interrupted ({interrupts.cause()}) at N={N}, p={p}"
-    f_rule = "f = p // 2" if problem.get("f") is None else f"f = {problem['f']}"
+    f_rule = (f"f = p - {int_bits}" if int_bits is not None else
+              "f = p // 2" if problem.get("f") is None else f"f = {problem['f']}")
     result = Frontier(task, rows, {"f": f_rule, **arithmetic}, construction=construction, partial=partial)
     pts = [(math.log2(r.N), r.p_star) for r in rows if r.p_star is not None]
     if len(pts) >= 2 and len({x for x, _ in pts}) >= 2:

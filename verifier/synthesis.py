@@ -34,7 +34,7 @@ from .arithmetic import FixedPoint
 from .certificates import Certificate
 from .encoding import Sym
 from .errors import InternalError
-from .evaluator import Evaluator
+from .evaluator import make_evaluator
 from .model import Head, Layer, Model, Readout
 from .symbolic import SymFX
 
@@ -137,7 +137,7 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
         weights["U"] = np.array([[value(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)])
         weights["b"] = np.array([value(f"b_{y}") for y in range(C)])
         out.model = family_model(task, heads, width, weights)
-        ev = Evaluator(out.model, fx)
+        ev = make_evaluator(out.model, fx)
         members = np.array(cert.members)
         res = ev.forward(members)
         if ev.failures(res, np.array(cert.labels)).any():

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ..errors import InputError, UnbuildableError
 from ..model import Model
-from . import equality, icqa, ictm, index_lookup, memorization, nearest_neighbour, sparse_threshold, templates
+from . import composition, dyck, equality, icqa, ictm, index_lookup, induction_heads, memorization, nearest_neighbour, sparse_threshold, templates
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,12 @@ CONSTRUCTIONS = {
                                       options=("variant",)),
     "ictm": Construction("ictm", ictm.THEOREM, ictm.build, ictm.VARIANTS, {"paper": ictm.UNBUILDABLE},
                          options=("variant",)),
+    "induction_heads": Construction("induction_heads", induction_heads.THEOREM, induction_heads.build,
+                                    induction_heads.VARIANTS, default="designed", options=("variant", "eta")),
+    "dyck22": Construction("dyck22", dyck.THEOREM, dyck.build, dyck.VARIANTS, default="transformer",
+                           options=("variant",)),
+    "composition": Construction("composition", composition.THEOREM, composition.build, composition.VARIANTS,
+                                default="designed", options=("variant", "eta")),
 }
 
 __all__ = ["CONSTRUCTIONS", "Construction"]

@@ -95,6 +95,26 @@ class Layout:
         return QK
 
 
+Row = dict[tuple[str, int], float]  # a combination of named residual rows {(block, i): weight}
+
+
+def matrix(layout: Layout, rows: list[Row]) -> np.ndarray:
+    """The (len(rows), d) map whose row r reads the combination rows[r]: a query, key or value map."""
+    W = np.zeros((len(rows), layout.d))
+    for r, terms in enumerate(rows):
+        for (block, i), w in terms.items():
+            W[r, layout.row(block, i)] += w
+    return W
+
+
+def relu_units(layout: Layout, layer: Layer, units: list[tuple[Row, float, Row]]) -> None:
+    """Give `layer` the FFN of ReLU units, each (input combination, bias, what it adds to which rows)."""
+    layer.W1 = matrix(layout, [terms for terms, _, _ in units])
+    layer.b1 = np.array([bias for _, bias, _ in units], dtype=np.float64)
+    layer.W2 = matrix(layout, [out for _, _, out in units]).T.copy()
+    layer.b2 = np.zeros(layout.d)
+
+
 def instructive(layout: Layout, alpha: np.ndarray) -> np.ndarray:
     """Lemma 1: the W_QK whose attention map is alpha[a, b] (source a, target b) for every input."""
     if np.any(alpha < 0):

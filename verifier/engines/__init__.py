@@ -6,9 +6,11 @@ from __future__ import annotations
 from ..errors import InputError
 from .base import Engine, EngineResult, Found, Problem, RunOptions
 from .exhaustive import Exhaustive
+from .reach import Reach
 from .smt import Smt
 
-ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt(), "smt-bv": Smt("bv"), "smt-int": Smt("int")}
+ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt(), "smt-bv": Smt("bv"), "smt-int": Smt("int"),
+                              "reach": Reach()}
 AUTO_EXHAUSTIVE_BELOW = 1 << 22  # auto enumerates spaces smaller than this, and encodes the rest
 
 
@@ -16,6 +18,7 @@ def choose(name: str, problem: Problem, opts: RunOptions) -> Engine:
     if name == "auto":
         reasons = []
         order = ["exhaustive", "smt"] if problem.task.total < AUTO_EXHAUSTIVE_BELOW else ["smt", "exhaustive"]
+        order.insert(0, "reach")  # a recurrent model and a DFA task: every length at once
         for candidate in order:
             why = ENGINES[candidate].unsupported(problem, opts)
             if why is None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..arithmetic import FixedPoint
 from ..budget import Deadline
+from ..evaluator import Judged
 from ..model import Model
 from ..tasks import Task
 
@@ -46,6 +47,14 @@ class Found:
     produced: int
     reason: str  # wrong | tie | overflow
     margin: float
+    position: Optional[int] = None  # the failing position of a sequence output (expected/produced are there)
+
+    @classmethod
+    def of(cls, judged: Judged, j: int, index: int, tokens: np.ndarray) -> "Found":
+        """Input j of a judged batch, as a failure to report."""
+        pos = int(judged.position[j])
+        return cls(index, np.array(tokens, dtype=np.int64), int(judged.expected[j]), int(judged.produced[j]),
+                   judged.reason[j], float(judged.margin[j]), None if pos < 0 else pos)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from .. import interrupts
-from ..evaluator import Evaluator
+from ..evaluator import make_evaluator
 from .base import EngineResult, Found, Problem, RunOptions
 
 CHUNK = 1 << 17
@@ -42,40 +42,18 @@ def _check(start: int, stop: int) -> _Chunk:
     task, ev, limit = _STATE["task"], _STATE["evaluator"], _STATE["limit"]
     found: list[Found] = []
     best, tightest = math.inf, None
-    for batch in task.batches(start, stop, lambda L: ev_batch_size(ev, L)):
+    for batch in task.batches(start, stop, ev.batch_size):
         if not len(batch.tokens):  # every input of the range was filtered out (a margin filter)
             continue
-        out = ev.forward(batch.tokens)
-        margins = ev.margins(out, batch.expected)
-        i = int(np.argmin(margins))
-        if margins[i] < best:
-            best, tightest = float(margins[i]), int(batch.index[i])
-        bad = np.flatnonzero(ev.failures(out, batch.expected))
-        for j in bad[: max(0, limit - len(found))]:
-            reason = "overflow" if out.ovf[j] else "tie" if out.tie[j] else "wrong"
-            found.append(Found(int(batch.index[j]), batch.tokens[j].copy(), int(batch.expected[j]),
-                               int(out.pred[j]), reason, float(margins[j])))
+        judged = ev.judge(ev.forward(batch.tokens), batch.expected)
+        i = int(np.argmin(judged.margin))
+        if judged.margin[i] < best:
+            best, tightest = float(judged.margin[i]), int(batch.index[i])
+        for j in np.flatnonzero(judged.failed)[: max(0, limit - len(found))]:
+            found.append(Found.of(judged, j, int(batch.index[j]), batch.tokens[j]))
         if len(found) >= limit:
             return _Chunk(found[-1].index + 1 - start, found, best, tightest)
     return _Chunk(stop - start, found, best if tightest is not None else None, tightest)
-
-
-def ev_batch_size(ev: Evaluator, L: int) -> int:
-    """Inputs per batch so that the largest int64 temporary stays near 2^22 elements."""
-    model = ev.q
-    cost = 0
-    for li, layer in enumerate(model.layers):
-        Lq = 1 if li == len(model.layers) - 1 else L
-        H = len(layer.heads)
-        m, mv = layer.heads[0].W_Q.shape[0], layer.heads[0].W_V.shape[0]
-        if li == 0 and ev.tables is not None:
-            cost = max(cost, Lq * L * mv * H, 0 if ev.tables.logits is not None else Lq * L * m)
-        else:
-            cost = max(cost, Lq * L * m, L * m * model.d, L * mv * model.d, Lq * L * mv)
-        cost = max(cost, Lq * model.d * layer.W_O.shape[1])
-        if layer.has_ffn:
-            cost = max(cost, Lq * layer.W1.size)
-    return int(min(1 << 16, max(16, (1 << 22) // max(cost, 1))))
 
 
 class Exhaustive:
@@ -92,7 +70,7 @@ class Exhaustive:
         t0 = time.monotonic()
         stop = problem.task.total if opts.stop is None else opts.stop
         start = opts.start
-        ev = Evaluator(problem.model, problem.arith)
+        ev = make_evaluator(problem.model, problem.arith)
         _STATE.update(task=problem.task, evaluator=ev, limit=max(1, opts.max_counterexamples))
         chunks = [(a, min(a + CHUNK, stop)) for a in range(start, stop, CHUNK)]
         workers = opts.workers or (min(2, os.cpu_count() or 1) if stop - start > PARALLEL_ABOVE else 1)
@@ -123,7 +101,7 @@ class Exhaustive:
             result.status = "interrupted"
         result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
                         "seconds": time.monotonic() - t0,
-                        "layer0_logit_table": ev.tables.logits is not None}
+                        "layer0_logit_table": getattr(ev.tables, "logits", None) is not None}
         return result
 
     @staticmethod

@@ -20,7 +20,7 @@ import z3
 from ..budget import TimedOut
 from ..encoding import encode
 from ..errors import InternalError
-from ..evaluator import Evaluator
+from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from .base import EngineResult, Found, Problem, RunOptions
 
 STAT_KEYS = ("conflicts", "decisions", "propagations", "max memory", "sat conflicts", "sat decisions")
@@ -45,7 +45,7 @@ class Smt:
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
         t0 = time.monotonic()
         task = problem.task
-        ev = Evaluator(problem.model, problem.arith)
+        ev = make_evaluator(problem.model, problem.arith)
         result = EngineResult("complete", 0, [])
         stats = {"solver": "z3 " + z3.get_version_string(), "theory": self.theory, "cases": 0,
                  "decided_by_evaluation": 0, "decided_by_solver": 0, "solver_seconds": 0.0, "unfinished_case": None}
@@ -153,19 +153,16 @@ class Smt:
         return found, "sat"
 
     @staticmethod
-    def _found(ev: Evaluator, task, enc, inputs: list[list[int]]) -> list[Found]:
+    def _found(ev: Evaluator | RecurrentEvaluator, task, enc, inputs: list[list[int]]) -> list[Found]:
         """Evaluate each failing input on the batched evaluator; it must fail there too."""
         out = []
         for tokens in inputs:
             arr = np.array([tokens], dtype=np.int64)
-            expected = task.answer(arr[0])
-            res = ev.forward(arr)
-            exp_arr = np.array([expected])
-            if not ev.failures(res, exp_arr)[0]:
+            expected = np.array([task.answer(arr[0])])
+            judged = ev.judge(ev.forward(arr), expected)
+            if not judged.failed[0]:
                 raise InternalError(
                     f"the SMT model {task.render(tokens)} is a failure for the solver but not for the evaluator "
-                    f"(expected {task.answer_name(expected)}); {enc.compare(ev, tokens)}")
-            reason = "overflow" if res.ovf[0] else "tie" if res.tie[0] else "wrong"
-            out.append(Found(task.index_of(tokens), arr[0], expected, int(res.pred[0]), reason,
-                             float(ev.margins(res, exp_arr)[0])))
+                    f"(expected {task.answer_text(expected[0])}); {enc.compare(ev, tokens)}")
+            out.append(Found.of(judged, 0, task.index_of(tokens), arr[0]))
         return out

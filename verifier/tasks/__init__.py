@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 from .base import Batch, Case, Task, TaskOption, flag
+from .composition import Composition
 from .boolean import Disjointness, Equality, SparseThreshold
 from .icqa import Icqa
 from .ictm import Ictm
@@ -11,11 +12,13 @@ from .index_lookup import IndexLookup
 from .memorization import Memorization
 from .templates import TemplateMatching
 from .nearest_neighbour import Mqar, NearestNeighbour
+from .sequences import Dyck22, InductionHeads
 
 TASKS = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,
          "sparse_threshold": SparseThreshold, "nearest_neighbour": NearestNeighbour, "mqar": Mqar,
          "memorization": Memorization, "icqa": Icqa, "template_matching": TemplateMatching,
-         "ictm": Ictm}
+         "ictm": Ictm, "induction_heads": InductionHeads, "dyck22": Dyck22,
+         "composition": Composition}
 ALIASES = {"idxl": "index_lookup"}
 
 
@@ -44,4 +47,4 @@ def make_task(name: str, N: int, **params) -> Task:
 
 
 __all__ = ["Batch", "Case", "Task", "TaskOption", "IndexLookup", "Equality", "SparseThreshold", "Disjointness",
-           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TemplateMatching", "Ictm", "TASKS", "make_task", "canonical", "task_options", "flag"]
+           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TemplateMatching", "Ictm", "InductionHeads", "Dyck22", "Composition", "TASKS", "make_task", "canonical", "task_options", "flag"]

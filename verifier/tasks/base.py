@@ -58,19 +58,28 @@ class TaskOption:
 class Vocabulary:
     """`render` by token name; `answer` from the batched ground truth, for tasks that have one."""
 
+    per_position = False
+
     def render(self, tokens) -> str:
         return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
 
-    def answer(self, tokens) -> int:
+    def answer(self, tokens):
         answers, valid = self.evaluate(np.asarray([tokens]))
         if not valid[0]:
             raise InputError(f"not an input of {self.name}: {self.render(tokens)}")
-        return int(answers[0])
+        return answers[0] if self.per_position else int(answers[0])
+
+    def answer_text(self, answer) -> str:
+        """A whole answer by name: one class, or the answer at every position."""
+        if self.per_position:
+            return " ".join(self.answer_name(int(a)) for a in answer)
+        return self.answer_name(int(answer))
 
 
 @dataclass
 class Batch:
-    """Inputs of one length: tokens (B, L), expected answers (B,), global indices (B,)."""
+    """Inputs of one length: tokens (B, L), expected answers (B,) or, for a task with an answer at
+    every position, (B, L), global indices (B,)."""
 
     tokens: np.ndarray
     expected: np.ndarray
@@ -89,6 +98,7 @@ class Task(Protocol):
     max_len: int
     num_classes: int
     readout: str  # the readout kind the task's answers are for: argmax or threshold
+    per_position: bool  # an answer at every position (a sequence output), not only the last
 
     @property
     def total(self) -> int: ...
@@ -98,7 +108,10 @@ class Task(Protocol):
 
     def decode(self, index: int) -> np.ndarray: ...
 
-    def answer(self, tokens: np.ndarray) -> int: ...
+    def answer(self, tokens: np.ndarray):
+        """The answer (an int), or for a per-position task the answers (L,)."""
+
+    def answer_text(self, answer) -> str: ...
 
     def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Batched ground truth: (answers, valid) for token sequences (B, L) of one length; `valid`

@@ -107,14 +107,14 @@ class ProductTask(Vocabulary):
         c = max(i for i, off in enumerate(self._offsets[:-1]) if off <= index)
         return self._tokens(c, np.array([index - self._offsets[c]], dtype=object))[0]
 
-    def answer(self, tokens) -> int:
+    def answer(self, tokens):
         """The ground truth, from the tokens; InputError if they are not an input of the task."""
         return self._classify(tokens)[2]
 
-    def _classify(self, tokens) -> tuple[int, int, int]:
+    def _classify(self, tokens) -> tuple[int, int, object]:
         """(case, index within the case, answer) of an input; InputError if it is none."""
         c, r = self._locate(tokens)
         answers, valid = self.evaluate(np.asarray([tokens], dtype=np.int64))
         if not valid[0]:
             raise InputError(f"not a {self.name} input ({self.invalid_reason}): {self.render(tokens)}")
-        return c, r, int(answers[0])
+        return c, r, answers[0] if self.per_position else int(answers[0])

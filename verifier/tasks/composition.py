@@ -1,0 +1,122 @@
+"""L-fold sequential function composition (Chen, Peng, Wu 2024, arXiv:2412.02975, Definition 2.1;
+L decoder layers cannot do it when H d p is small, L + 1 layers can).
+
+With N_0 = m (``--N``) and N_l = N_{l-1} n (``--n``, the size of each query coordinate):
+z_0 in [m] is a seed, z_1 : [N_0] -> [N_0], and z_l : [N_{l-1}] -> [N_{l-1}] for l = 2..L reads a
+pair (w_{l-1}, i_{l-1}) in [n] x [N_{l-2}] as the element e = w_{l-1} N_{l-2} + i_{l-1}.  The query
+is w = (w_1, ..., w_{L-1}).  The answer, read at the last position, is i_L, where i_0 = z_0,
+i_1 = z_1(i_0) and i_l = z_l(w_{l-1}, i_{l-1}).
+
+The prompt puts the players with larger index first, as the paper's communication model does:
+
+    [ z_L: N_{L-1} tokens ] ... [ z_1: N_0 tokens ] [ z_0 ] [ w ]
+
+The token at offset e of block l is ``z<l>=<v>``, v = z_l(e); then ``z0=<v>`` and ``w=<w_1>.<w_2>..``.
+Order of enumeration: one case per (z_0, w), then the blocks' values as a mixed-radix number
+(the first position of the prompt most significant).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..budget import require_memory
+from ..errors import InputError
+from .base import TaskOption
+from .product import ProductTask
+
+MAX_VOCAB = 1 << 16
+
+
+@dataclass
+class Composition(ProductTask):
+    N: int
+    depth: int = 2
+    n: int = 2
+
+    name = "composition"
+    readout = "argmax"
+    OPTIONS = (TaskOption("depth", int, 2, "L, how many functions are composed."),
+               TaskOption("n", int, 2, "The size of each query coordinate w_l."))
+
+    def __post_init__(self) -> None:
+        for name, value, low in (("N", self.N, 1), ("depth", self.depth, 1), ("n", self.n, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
+        L, m = self.depth, self.N
+        self.sizes = [m * self.n ** l for l in range(L)]  # N_0 .. N_{L-1}: block l has N_{l-1} tokens
+        self.queries = list(itertools.product(range(self.n), repeat=L - 1))
+        vocab_size = sum(self.sizes) + m + len(self.queries)
+        if vocab_size > MAX_VOCAB:
+            raise InputError(f"composition with N={m}, depth={L}, n={self.n} needs {vocab_size:,} tokens "
+                             f"(limit {MAX_VOCAB:,})")
+        require_memory(200.0 * vocab_size + 64.0 * m * len(self.queries) * sum(self.sizes), "composition")
+        self.value_base = {}  # block l -> the token id of value 0
+        self.vocab = []
+        for l in range(L, 0, -1):
+            self.value_base[l] = len(self.vocab)
+            self.vocab += [f"z{l}={v}" for v in range(self.sizes[l - 1])]
+        self.value_base[0] = len(self.vocab)
+        self.vocab += [f"z0={v}" for v in range(m)]
+        self.first_query = len(self.vocab)
+        self.vocab += ["w=" + (".".join(map(str, w)) or "()") for w in self.queries]
+        self.block_start = {}  # block l -> the position of its offset 0
+        pos = 0
+        for l in range(L, 0, -1):
+            self.block_start[l] = pos
+            pos += self.sizes[l - 1]
+        blocks = [self.value_base[l] + np.arange(self.sizes[l - 1]) for l in range(L, 0, -1)
+                  for _ in range(self.sizes[l - 1])]
+        self.space = [(f"z0={z0}, w={self.vocab[self.first_query + wi][2:]}",
+                       blocks + [np.array([self.value_base[0] + z0]), np.array([self.first_query + wi])])
+                      for z0 in range(m) for wi in range(len(self.queries))]
+        self.num_classes = self.sizes[L - 1]
+        self._layout()
+
+    def describe(self) -> dict:
+        return {"name": self.name, "N": self.N, "depth": self.depth, "n": self.n,
+                "inputs": "blocks z_L .. z_1, then z_0 and w; answer i_L at the last position"}
+
+    def evaluate(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        B, T = tokens.shape
+        valid = np.full(B, T == self.max_len)
+        if not valid.any():
+            return np.full(B, -1), valid
+        for l in range(1, self.depth + 1):
+            block = tokens[:, self.block_start[l]:self.block_start[l] + self.sizes[l - 1]] - self.value_base[l]
+            valid &= np.all((block >= 0) & (block < self.sizes[l - 1]), axis=1)
+        z0 = tokens[:, -2] - self.value_base[0]
+        wi = tokens[:, -1] - self.first_query
+        valid &= (z0 >= 0) & (z0 < self.N) & (wi >= 0) & (wi < len(self.queries))
+        rows = np.arange(B)
+        w = np.array(self.queries, dtype=np.int64).reshape(len(self.queries), -1)[np.where(valid, wi, 0)]
+        i = np.where(valid, z0, 0)
+        for l in range(1, self.depth + 1):
+            e = i if l == 1 else w[:, l - 2] * self.sizes[l - 2] + i
+            i = tokens[rows, self.block_start[l] + e] - self.value_base[l]
+        return np.where(valid, i, -1), valid
+
+    def case_truth(self, c: int) -> Callable:
+        z0, w = divmod(c, len(self.queries))
+        w = self.queries[w]
+
+        def truth(S):
+            def value(l: int, e: int):
+                pos = self.block_start[l] + e
+                return S.lookup(pos, S.domains[pos] - self.value_base[l])
+
+            i = value(1, z0)
+            for l in range(2, self.depth + 1):
+                base = w[l - 2] * self.sizes[l - 2]
+                i = S.select([value(l, base + b) for b in range(self.sizes[l - 2])], i)
+            return i
+
+        return truth
+
+    def answer_name(self, answer: int) -> str:
+        return str(answer) if 0 <= answer < self.num_classes else f"<{answer}>"
