@@ -246,3 +246,12 @@ def test_a_sweep_with_fixed_integer_bits_measures_fraction_bits():
     assert row.ruled_out_by is not None  # the counterexample one bit below the frontier
     with pytest.raises(InputError, match="int-bits"):
         frontier("dyck22", [4], [8], int_bits=7, f=2)
+
+
+def test_the_errata_row_of_the_sht_spacing_runs_at_its_own_precision(tmp_path):
+    from verifier.errata import CLAIMS, run_errata
+    claim = next(c for c in CLAIMS if c.task == "induction_heads")
+    (row,) = run_errata(12, [10, 12], str(tmp_path), claims=[claim])
+    assert row.p == 24 and row.paper.verdict == "refuted" and row.corrected.verdict == "proved"
+    assert "at position" in row.paper.detail and (tmp_path / row.paper.dump.split("/")[-1]).exists()
+    assert row.paper.p_star is None and row.corrected.p_star is not None

@@ -65,7 +65,9 @@ def write_dumps(result: Result, directory: str | Path, extra: dict | None = None
     directory = prepare_dump_dir(directory)
     written = []
     variant = result.params.get("variant")
-    stem = f"{result.task['name']}{'-' + variant if variant else ''}-N{result.task.get('N', '')}-p{result.arithmetic['p']}"
+    task = result.task
+    size = task.get("N", task.get("k", task.get("length", "")))  # the tasks of Chen and Zou name N after the paper
+    stem = f"{task['name']}{'-' + variant if variant else ''}-N{size}-p{result.arithmetic['p']}"
     for cex in result.counterexamples:
         text = json.dumps(counterexample_document(result, cex) | (extra or {}), indent=1)
         path = directory / f"{stem}-cex{cex.index}.json"

@@ -1,5 +1,6 @@
 """The errata report: each printed construction against its corrected version, for the papers of
-Bhattamishra et al. 2024 (arXiv:2406.09347) and Chen and Zou 2024 (arXiv:2404.01601).
+Bhattamishra et al. 2024 (arXiv:2406.09347), Chen and Zou 2024 (arXiv:2404.01601) and Sanford, Hsu,
+Telgarsky 2024b (arXiv:2402.09268).
 
 For every claim, at the given sizes: the printed (``paper``) variant's verdict, with its first
 counterexample written as a dump file; the ``corrected`` variant's verdict (none where the printed
@@ -18,7 +19,7 @@ from typing import Callable, Optional
 from .api import prove
 from .dump import write_dumps
 from .errors import UnbuildableError
-from .papers import BHATTAMISHRA_2024, CHEN_ZOU_2024, Paper
+from .papers import BHATTAMISHRA_2024, CHEN_ZOU_2024, SANFORD_HSU_TELGARSKY_2024B, Paper
 from .sweep import p_star
 from .tasks import flag
 
@@ -32,6 +33,8 @@ class Claim:
     paper_variant: str = "paper"
     paper: Paper = BHATTAMISHRA_2024
     corrected: Optional[str] = "corrected"  # None: the printed construction is the only one
+    p: Optional[int] = None  # the claim's own precision and p* range, where the report's do not fit it
+    p_range: Optional[range] = None
 
 
 CLAIMS = [
@@ -53,6 +56,8 @@ CLAIMS = [
           paper=CHEN_ZOU_2024),
     Claim("Thm 6 / 15: in-context template matching, k = 2, l = 2", "ictm", 2, {"length": 2},
           paper=CHEN_ZOU_2024),
+    Claim("Thm 4.2 / Lemma D.2: induction heads, angle spacing N", "induction_heads", 6, {"sigma": 4},
+          "sht-printed", SANFORD_HSU_TELGARSKY_2024B, "sht", p=24, p_range=range(16, 29)),
 ]
 
 
@@ -99,8 +104,9 @@ def run_errata(p: int = 12, ps: Optional[list[int]] = None, dump_dir: Optional[s
     directory = Path(dump_dir) if dump_dir else None
     rows = []
     for claim in claims or CLAIMS:
-        rows.append(Row(claim, p, _side(claim, claim.paper_variant, p, ps, directory, engine, timeout),
-                        _side(claim, claim.corrected, p, ps, directory, engine, timeout)))
+        cp, cps = claim.p or p, list(claim.p_range) if claim.p_range else ps
+        rows.append(Row(claim, cp, _side(claim, claim.paper_variant, cp, cps, directory, engine, timeout),
+                        _side(claim, claim.corrected, cp, cps, directory, engine, timeout)))
         if progress:
             progress(f"{claim.claim} N={claim.N}: paper {rows[-1].paper.verdict}, corrected {rows[-1].corrected.verdict}")
     return rows
