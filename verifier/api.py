@@ -23,7 +23,7 @@ from .constructions import CONSTRUCTIONS
 from .engines import Found, Problem, RunOptions, choose
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, reference, trace
-from .model import Model, Recurrent
+from .model import Model, Recurrent, weights_sha256
 from .result import Counterexample, Result
 from .sample_check import sample_check
 from .tasks import canonical, make_task
@@ -53,14 +53,15 @@ def build_problem(task: str = "index_lookup", *, N: int, p: int, f: Optional[int
     name = canonical(task)
     t = make_task(name, N=N, **task_options)
     arith = FixedPoint(p, f, rounding, overflow, accumulate)
-    if model is None:
+    built_in = model is None
+    if built_in:
         model = CONSTRUCTIONS[name].build(t, variant, k, eta, seed, arith.f)
     elif (k, eta, variant) != (None, None, None):
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
     check_compatible(model, t)
     arith.check_capacity(model.widest_sum())  # a format int64 cannot hold fails now, not in the engine
-    return Problem(t, model, arith)
+    return Problem(t, model, arith, built_in)
 
 
 def check_compatible(model: Model | Recurrent, task) -> None:
@@ -76,7 +77,7 @@ def check_compatible(model: Model | Recurrent, task) -> None:
         raise InputError(f"{task.name} has an answer at {'every' if task.per_position else 'the last'} position; the "
                          f"model's readout reads {'every' if every else 'the last'} position (meta readout.positions)")
     if model.readout.kind != task.readout:
-        raise InputError(f"{task.name} needs an {task.readout} readout, the model has {model.readout.kind}")
+        raise InputError(f"{task.name} needs a readout of kind {task.readout}; the model's is {model.readout.kind}")
     rows = model.readout.W_U.shape[0]
     if rows != task.num_classes:
         unit = "class" if task.readout == "argmax" else "output bit"
@@ -121,9 +122,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     stats = dict(er.stats)
     if audit is not None:
         stats["sample_check"] = audit.to_json()
-    info = dict(problem.model.info)
-    construction = {"construction": info.pop("construction", "user model"), "theorem": info.pop("theorem", None)}
-    params = {**info, "size_bits": problem.arith.p * problem.model.n_params()}
+    construction, params, provenance = _provenance(problem)
     arithmetic = {**problem.arith.describe(), "quantization_error": quantized.quant_error,
                   "saturated_parameters": quantized.saturated_params}
     tightest = None
@@ -131,7 +130,26 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         tightest = {"index": er.tightest, "input": problem.task.render(problem.task.decode(er.tightest))}
     return Result(verdict, problem.task.describe(), construction, params, arithmetic,
                   chosen.name + (" (auto)" if engine == "auto" else ""), er.covered, total, start, stop, seconds,
-                  er.min_margin, cexs, tightest, reason, stats, status)
+                  er.min_margin, cexs, tightest, reason, stats, status, provenance)
+
+
+def _provenance(problem: Problem) -> tuple[dict, dict, dict]:
+    """What was verified: (construction and theorem, parameters, provenance).  A built-in
+    construction's parameters are facts; what a model file's metadata says is only its claim."""
+    model = problem.model
+    info = dict(model.info)
+    size_bits = problem.arith.p * model.n_params()
+    provenance = {"weights_sha256": weights_sha256(model)}
+    if problem.built_in:
+        construction = {"construction": info.pop("construction", "?"), "theorem": info.pop("theorem", None)}
+        provenance.update(source="built-in", construction=construction["construction"],
+                          variant=info.get("variant", CONSTRUCTIONS[problem.task.name].default))
+        return construction, {**info, "size_bits": size_bits}, provenance
+    provenance.update(source="model file" if model.source else "model in memory", path=model.source,
+                      claims=info)
+    name = f"model file {model.source}" if model.source else "user model"
+    return {"construction": name, "theorem": None}, {"d": model.d, "n_params": model.n_params(),
+                                                       "size_bits": size_bits}, provenance
 
 
 def _unknown_reason(status: str, er, deadline: Deadline, start: int, stop: int, total: int, engine: str) -> str:

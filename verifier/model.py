@@ -13,6 +13,7 @@ The same dataclasses hold real weights (float64) and quantized ones (int64 codes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import zipfile
@@ -109,6 +110,7 @@ class Model:
     readout: Readout
     vocab: list[str]
     info: dict = field(default_factory=dict)  # construction name and parameters
+    source: Optional[str] = None  # the file it was read from
 
     @property
     def d(self) -> int:
@@ -209,6 +211,7 @@ class Recurrent:
     readout: Readout
     vocab: list[str]
     info: dict = field(default_factory=dict)
+    source: Optional[str] = None  # the file it was read from
     max_len = None
 
     @property
@@ -240,6 +243,24 @@ class Recurrent:
             _expect(self.named_arrays()[name], name, shape, _fmt(shape))
         _check_readout(self.readout, h)
         _check_finite(self)
+
+
+def weights_sha256(model: Model | Recurrent) -> str:
+    """A fingerprint of everything that decides the computation: every weight array (name, shape,
+    float64 bytes), which tokens take positions, the layers' options, the readout's kind, theta and
+    positions, and the vocabulary.  The free-form `info` is not part of it."""
+    h = hashlib.sha256()
+    structure = {"vocab": list(model.vocab), "readout": [model.readout.kind, float(model.readout.theta),
+                                                         model.readout.positions]}
+    if isinstance(model, Model):
+        structure["layers"] = [[l.attention, bool(l.residual), bool(l.causal), len(l.heads)] for l in model.layers]
+        structure["P_mask"] = [bool(x) for x in model.P_mask]
+    h.update(json.dumps(structure, sort_keys=True).encode())
+    for name, arr in sorted(model.named_arrays().items()):
+        a = np.ascontiguousarray(arr, dtype=np.float64)
+        h.update(f"{name}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def _check_readout(ro: Readout, d: int) -> None:
@@ -375,6 +396,7 @@ def load_model(path: str | Path) -> Model | Recurrent:
         model.validate()
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
+    model.source = str(path)
     return model
 
 

@@ -37,7 +37,7 @@ from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random
 from .engines import Found, Problem
 from .errors import InputError
 from .evaluator import Evaluator, make_evaluator, trace
-from .model import Head, Layer, Model, Readout
+from .model import Head, Layer, Model, Readout, Recurrent
 from .result import EXIT_CODES, Counterexample
 from .tasks.combinatorics import falling
 
@@ -101,12 +101,26 @@ class Refutation:
         return "\n".join(lines)
 
 
+def _describe(model: Model | Recurrent) -> dict:
+    """The model's shape, and its name: what a file's metadata says is shown as its claim."""
+    claim = model.info.get("construction")
+    name = claim or "user model"
+    if model.source:
+        name = f"model file {model.source}" + (f" (the file says: {claim})" if claim else "")
+    if isinstance(model, Recurrent):
+        return {"construction": name, "recurrent": model.d}
+    return {"construction": name, "layers": len(model.layers), "heads": [len(l.heads) for l in model.layers],
+            "attention": [l.attention for l in model.layers]}
+
+
 # -- scopes -------------------------------------------------------------------------------------
 def dependent_scope(problem: Problem) -> Optional[str]:
     """Why the dependent-set argument does not cover this model and task (None: it does)."""
     model, task = problem.model, problem.task
     if task.name not in SCOPE_NOTE or task.name == "memorization":
         return f"no dependent-set theorem for {task.name}"
+    if isinstance(model, Recurrent):
+        return "the model is recurrent; the theorem is about 1-layer transformers"
     if len(model.layers) != 1:
         return f"the model has {len(model.layers)} layers; the theorem is about one"
     layer = model.layers[0]
@@ -126,6 +140,8 @@ PROTOCOL_TASKS = ("equality", "disjointness")
 def protocol_scope(problem: Problem) -> Optional[str]:
     if problem.task.name not in PROTOCOL_TASKS:
         return f"no fooling set is defined for {problem.task.name} (tasks with one: {', '.join(PROTOCOL_TASKS)})"
+    if isinstance(problem.model, Recurrent):
+        return "the model is recurrent; the protocol simulates a 1-layer transformer"
     if len(problem.model.layers) != 1:
         return f"the model has {len(problem.model.layers)} layers; the protocol simulates one"
     return None
@@ -140,8 +156,11 @@ class _Model:
         self.problem = problem
         self.fast = make_evaluator(problem.model, problem.arith)
         self.generic = make_evaluator(problem.model, problem.arith, tables=False)
-        last = len(problem.model.layers) - 1
-        self.readout_input = f"L{last}.out" if problem.model.layers[last].has_ffn else f"L{last}.resid"
+        if isinstance(problem.model, Recurrent):
+            self.readout_input = "h"
+        else:
+            last = problem.model.layers[-1]
+            self.readout_input = f"L{len(problem.model.layers) - 1}.{'out' if last.has_ffn else 'resid'}"
 
     def counterexamples(self, tokens: np.ndarray, limit: int) -> list[Counterexample]:
         """The inputs among `tokens` the model gets wrong, replayed."""
@@ -303,11 +322,7 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
         raise InputError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
     deadline = deadline if deadline is not None else Deadline(timeout)
     t0 = time.monotonic()
-    info = dict(problem.model.info)
-    out = Refutation("unknown", method, problem.task.describe(),
-                     {"construction": info.get("construction", "user model"), "layers": len(problem.model.layers),
-                      "heads": [len(l.heads) for l in problem.model.layers],
-                      "attention": [l.attention for l in problem.model.layers]},
+    out = Refutation("unknown", method, problem.task.describe(), _describe(problem.model),
                      problem.arith.describe(), [])
     rng = random.Random(seed)
     model = _Model(problem)

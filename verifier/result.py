@@ -60,6 +60,7 @@ class Result:
     reason: str = ""  # why the verdict is unknown
     engine_stats: dict = field(default_factory=dict)
     status: str = "complete"  # complete | partial (a range) | timeout | interrupted | incomplete (solver)
+    provenance: dict = field(default_factory=dict)  # what was verified: built-in or a file, weights_sha256
 
     @property
     def exit_code(self) -> int:
@@ -72,12 +73,13 @@ class Result:
                 "seconds": round(self.seconds, 3), "min_margin": _num(self.min_margin),
                 "tightest": self.tightest, "status": self.status, "reason": self.reason,
                 "counterexamples": [c.to_json() for c in self.counterexamples],
-                "engine_stats": self.engine_stats}
+                "engine_stats": self.engine_stats, "provenance": self.provenance}
 
     def summary(self) -> str:
         a = self.arithmetic
-        lines = [f"{self.verdict.upper()}: {self.construction.get('construction', '?')} "
-                 f"({self.construction.get('theorem', 'user model')}) on {self.task['name']} "
+        theorem = self.construction.get("theorem")
+        lines = [f"{self.verdict.upper()}: {self.construction.get('construction', '?')}"
+                 + (f" ({theorem})" if theorem else "") + f" on {self.task['name']} "
                  + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs"))]
         lines.append(f"  arithmetic  FX(p={a['p']}, f={a['f']}) step 2^-{a['f']}, range "
                      f"[{a['range'][0]:g}, {a['range'][1]:g}]; rounding={a['rounding']} overflow={a['overflow']} "
@@ -85,6 +87,11 @@ class Result:
                      + (f"; saturated parameters: {', '.join(a['saturated_parameters'])}"
                         if a.get("saturated_parameters") else ""))
         lines.append("  params      " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params.items()))
+        pv = self.provenance
+        if pv.get("source") in ("model file", "model in memory"):
+            claims = ", ".join(f"{k}={_fmt(v)}" for k, v in pv.get("claims", {}).items())
+            lines.append(f"  weights     sha256 {pv['weights_sha256']}" + (f"; the file says (not checked): {claims}"
+                                                                          if claims else ""))
         share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
         lines.append(f"  inputs      {count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
                      + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")

@@ -25,6 +25,7 @@ class Problem:
     task: Task
     model: Model
     arith: FixedPoint
+    built_in: bool = False  # the model is a built-in construction, built for this problem
 
 
 @dataclass
