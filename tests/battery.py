@@ -32,7 +32,7 @@ from verifier.evaluator import make_evaluator
 from verifier.model import Readout, Recurrent
 from verifier.tasks import make_task
 
-from helpers import RandomLookupTask, random_model
+from helpers import RandomLookupTask, perturbed_dyck_rnn, random_model
 from reference import RefFX, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 SOLVE_SECONDS = 15.0
@@ -117,11 +117,7 @@ def battery_problem(i: int) -> Problem:
 def _random_recurrent(rng: np.random.Generator, task, fx: FixedPoint) -> Recurrent:
     """Random weights, or for Dyck-(2,2) sometimes the automaton network with a few weights moved."""
     if task.name == "dyck22" and rng.random() < 0.5:
-        from verifier.constructions import CONSTRUCTIONS
-        m = CONSTRUCTIONS["dyck22"].build(task, "recurrent")
-        move = lambda a: a + rng.choice([-1.0, 1.0], size=a.shape) / fx.one * (rng.random(a.shape) < 0.03)
-        return Recurrent(move(m.U), move(m.W), move(m.b), m.h0,
-                         Readout(move(m.readout.W_U), move(m.readout.b_U), "argmax", positions="all"), m.vocab)
+        return perturbed_dyck_rnn(rng, 0.03, 1.0 / fx.one)
     h, C = int(rng.integers(1, 4)), task.num_classes
     w = lambda *shape: np.round(rng.normal(0, 1.5, size=shape) * 4) / 4
     return Recurrent(w(len(task.vocab), h), w(h, h), w(h), w(h), Readout(w(C, h), w(C), "argmax", positions="all"),

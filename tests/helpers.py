@@ -136,3 +136,15 @@ def edit_model_file(src: Path, dst: Path, meta: Optional[Callable[[dict], None]]
     with open(dst, "wb") as fh:
         np.savez(fh, **data)
     return dst
+
+
+def perturbed_dyck_rnn(rng: np.random.Generator, share: float, step: float = 0.25):
+    """The recurrent Dyck-(2,2) network with a share of its weights moved by +-step (one code of the
+    format: sometimes harmless, sometimes not)."""
+    from verifier.constructions import CONSTRUCTIONS
+    from verifier.model import Readout, Recurrent
+    from verifier.tasks import make_task
+    m = CONSTRUCTIONS["dyck22"].build(make_task("dyck22", N=4), "recurrent")
+    move = lambda a: a + step * rng.choice([-1.0, 1.0], size=a.shape) * (rng.random(a.shape) < share)
+    return Recurrent(move(m.U), move(m.W), move(m.b), m.h0,
+                     Readout(move(m.readout.W_U), move(m.readout.b_U), "argmax", positions="all"), m.vocab)

@@ -16,7 +16,7 @@ from verifier.evaluator import make_evaluator
 from verifier.model import Readout, Recurrent, load_model, save_model
 from verifier.tasks import make_task
 
-from helpers import random_model
+from helpers import perturbed_dyck_rnn, random_model
 from reference import RefFX, ref_answer, ref_forward, ref_recurrent
 
 
@@ -148,16 +148,6 @@ def test_exhaustive_and_smt_agree_on_random_per_position_models():
         assert got[0] == got[1], seed
         verdicts.append(got[0])
     assert "refuted" in verdicts
-
-
-def perturbed_dyck_rnn(rng, share: float) -> Recurrent:
-    """The Dyck-(2,2) network with a share of its weights moved by +-1/4 (codes of f = 2)."""
-    task = make_task("dyck22", N=4)
-    model = CONSTRUCTIONS["dyck22"].build(task, "recurrent")
-    noise = lambda a: a + 0.25 * rng.choice([-1, 1], size=a.shape) * (rng.random(a.shape) < share)
-    return Recurrent(noise(model.U), noise(model.W), noise(model.b), model.h0,
-                     Readout(noise(model.readout.W_U), noise(model.readout.b_U), "argmax", positions="all"),
-                     model.vocab, {})
 
 
 def test_reach_smt_and_exhaustive_agree_on_perturbed_recurrent_models():

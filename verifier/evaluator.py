@@ -173,12 +173,6 @@ class _Reader:
         flat = readout_margins(y.reshape(-1, y.shape[-1]), expected.reshape(-1), ro.kind, ro.theta)
         return flat.reshape(expected.shape).min(axis=1) if expected.ndim == 2 else flat
 
-    def failures(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
-        """Mask of the inputs the model gets wrong: a wrong answer or a tie (at any position read),
-        or a saturation (error mode)."""
-        wrong = (out.pred != expected) | out.tie
-        return (wrong.any(axis=1) if wrong.ndim == 2 else wrong) | out.ovf
-
     def judge(self, out: Outputs, expected: np.ndarray) -> Judged:
         """Each input's verdict, and for a failure the position and answers to report."""
         expected = np.asarray(expected)
@@ -380,24 +374,33 @@ class RecurrentEvaluator(_Reader):
         return _batch(max(q.W.size, q.readout.W_U.size * (L if q.readout.positions == "all" else 1)))
 
     def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
-        q, arith = self.q, self.arith
+        q = self.q
         tokens, ctx = self._start(tokens, locate, np.zeros(len(q.vocab), bool))
         B, L = tokens.shape
         h = np.broadcast_to(q.h0, (B, q.d))
         pre, states = [], []
         for t in range(L):
-            a = arith.lin(q.W, h, q.b, ctx, f"t{t}.Wh")
-            h = arith.relu(arith.add(a, q.U[tokens[:, t]], ctx, f"t{t}.pre"))
+            a, h = self.step(h, tokens[:, t], ctx, f"t{t}")
             pre.append(a), states.append(h)
         H = np.stack(states, axis=1)
         if rec:
             rec("Wh", np.stack(pre, axis=1)), rec("h", H)
-        every = q.readout.positions == "all"
-        y = arith.lin(q.readout.W_U, H if every else h, q.readout.b_U, ctx, "readout")
+        y, pred, tie = self.read(H if q.readout.positions == "all" else h, ctx)
         if rec:
             rec("readout.scores", y)
-        pred, tie = self._decide(y)
         return Outputs(y, pred, tie, ctx.ovf, ctx.where)
+
+    def step(self, h: np.ndarray, tokens: np.ndarray, ctx: Ctx, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """One step from states h (B, d) on tokens (B,): (W h + b, the new states)."""
+        q = self.q
+        a = self.arith.lin(q.W, h, q.b, ctx, f"{name}.Wh")
+        return a, self.arith.relu(self.arith.add(a, q.U[tokens], ctx, f"{name}.pre"))
+
+    def read(self, h: np.ndarray, ctx: Ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The readout of states h (..., d): (scores, answer, tie)."""
+        ro = self.q.readout
+        y = self.arith.lin(ro.W_U, h, ro.b_U, ctx, "readout")
+        return (y, *self._decide(y))
 
 
 def _batch(cost: int) -> int:

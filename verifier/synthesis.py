@@ -140,6 +140,6 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
         ev = make_evaluator(out.model, fx)
         members = np.array(cert.members)
         res = ev.forward(members)
-        if ev.failures(res, np.array(cert.labels)).any():
+        if ev.judge(res, np.array(cert.labels)).failed.any():
             raise InternalError("the synthesized model does not get the certificate's members right on the evaluator")
     return out

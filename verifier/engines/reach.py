@@ -92,20 +92,16 @@ class Reach:
     @staticmethod
     def _step(ev: RecurrentEvaluator, h: np.ndarray, symbols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One step of the model from states h (F, d) on tokens (F,): the new states and overflow flags."""
-        fx, q = ev.arith, ev.q
-        ctx = fx.context((len(h),))
+        ctx = ev.arith.context((len(h),))
         if ev.saturated_use is not None:
             ctx.ovf |= bool(ev.saturated_use.always) | ev.saturated_use.at(0, symbols, None)
-        a = fx.lin(q.W, h, q.b, ctx, "Wh")
-        return fx.relu(fx.add(a, q.U[symbols], ctx, "pre")), ctx.ovf
+        return ev.step(h, symbols, ctx, "step")[1], ctx.ovf
 
     @staticmethod
     def _check(ev: RecurrentEvaluator, pairs: np.ndarray, ovf: np.ndarray, accepting: np.ndarray) -> np.ndarray:
         """Indices of the pairs whose readout is wrong (or saturated) for their DFA state."""
-        fx, ro = ev.arith, ev.q.readout
-        ctx = fx.context((len(pairs),))
-        y = fx.lin(ro.W_U, pairs[:, :-1], ro.b_U, ctx, "readout")
-        pred, tie = ev._decide(y)
+        ctx = ev.arith.context((len(pairs),))
+        _, pred, tie = ev.read(pairs[:, :-1], ctx)
         want = np.isin(pairs[:, -1], accepting).astype(np.int64)
         return np.flatnonzero((pred != want) | tie | ovf | ctx.ovf)
 
