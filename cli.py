@@ -17,10 +17,12 @@ from pathlib import Path
 import click
 
 import verifier
-from verifier import interrupts
+from verifier import interrupts, plots, report
 from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS, FixedPoint
 from verifier.budget import Deadline
+from verifier.cache import Cache, default_path as default_cache_path
 from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
+from verifier.cluster import Cluster
 from verifier.certificates import Certificate, find_certificate, save as save_certificate, why_none
 from verifier.constructions import CONSTRUCTIONS
 from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
@@ -28,6 +30,7 @@ from verifier.engines import ENGINES
 from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
 from verifier.model import META_SCHEMA
+from verifier.progress import line as progress_line
 from verifier.result import count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
@@ -88,6 +91,8 @@ def run_options(fn):
         click.option("--start", type=int, default=0, help="First input of the range (enumeration order)."),
         click.option("--stop", type=int, default=None, help="End of the range (exclusive; default: all)."),
         click.option("--workers", type=int, default=None, help="Processes (default: both cores for large spaces)."),
+        click.option("--scheduler", default=None,
+                     help="Split enumeration over a Dask cluster: local, or a scheduler address (tcp://host:8786)."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
         click.option("--dump", type=click.Path(file_okay=False), default=None,
                      help="Write each counterexample, with its full trace, as a JSON file in DIR."),
@@ -96,6 +101,26 @@ def run_options(fn):
     ]):
         fn = opt(fn)
     return fn
+
+
+def cluster_options(fn):
+    """Where a sweep's points or a check's specs run, and the verdict cache they resume from."""
+    for opt in reversed([
+        click.option("--scheduler", default=None,
+                     help="serial, local (a Dask LocalCluster of both cores), or a Dask scheduler address "
+                          "(tcp://host:8786). Default: local when Dask is installed, else serial."),
+        click.option("--cache", "cache_path", type=click.Path(dir_okay=False), default=None,
+                     help="SQLite verdict cache (default: $XDG_CACHE_HOME/verify/results.sqlite)."),
+        click.option("--no-cache", is_flag=True, help="Decide every run again and store nothing."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
+def open_cache(cache_path: str | None, no_cache: bool) -> Cache | None:
+    if no_cache and cache_path:
+        raise InputError("give --cache or --no-cache, not both")
+    return None if no_cache else Cache(cache_path or default_cache_path())
 
 
 CONSTRUCTION_OPTIONS = {
@@ -145,21 +170,18 @@ def task_option_flags(options):
 
 
 class Progress:
-    """A progress bar on stderr, only on a terminal and only after two seconds."""
+    """The progress line on stderr, only on a terminal and only after two seconds."""
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
         self.shown = False
         self.tty = sys.stderr.isatty()
 
-    def __call__(self, covered: int, total: int) -> None:
+    def __call__(self, tick) -> None:
         elapsed = time.monotonic() - self.t0
         if not self.tty or elapsed < 2:
             return
-        frac = covered / total if total else 1.0
-        bar = "#" * int(30 * frac)
-        rate = covered / elapsed if elapsed else 0
-        sys.stderr.write(f"\r[{bar:<30}] {covered:,}/{total:,} inputs, {rate:,.0f}/s ")
+        sys.stderr.write("\r\x1b[K" + progress_line(tick, elapsed))
         sys.stderr.flush()
         self.shown = True
 
@@ -168,13 +190,15 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, as_json, dump, want_trace) -> int:
+def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
+           want_trace) -> int:
     if dump:
         prepare_dump_dir(dump)
     progress = Progress()
     try:
-        result = verifier.run(problem, engine, max_counterexamples=max_counterexamples, deadline=deadline,
-                              start=start, stop=stop, workers=workers, progress=progress)
+        with Cluster(scheduler) if scheduler else contextlib.nullcontext() as cluster:
+            result = verifier.run(problem, engine, max_counterexamples=max_counterexamples, deadline=deadline,
+                                  start=start, stop=stop, workers=workers, progress=progress, cluster=cluster)
     finally:
         progress.close()
     dumps = write_dumps(result, dump) if dump and result.counterexamples else []
@@ -220,11 +244,12 @@ def _task_command(task_name: str, name: str) -> None:
     @construction_options(construction.options)
     @run_options
     def command(N, p, f, rounding, overflow, accumulate, engine, timeout, max_counterexamples, start, stop, workers,
-                as_json, dump, trace, **options):
+                scheduler, as_json, dump, trace, **options):
         deadline = Deadline(timeout)
         problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
                                          accumulate=accumulate, **options)
-        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, as_json, dump, trace)
+        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
+                      trace)
 
 
 for _name in [*TASKS, *ALIASES]:
@@ -239,13 +264,14 @@ for _name in [*TASKS, *ALIASES]:
 @arithmetic_options
 @run_options
 def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engine, timeout,
-            max_counterexamples, start, stop, workers, as_json, dump, trace, **options):
+            max_counterexamples, start, stop, workers, scheduler, as_json, dump, trace, **options):
     """Verify a model from a file (docs/model-format.md) on a task."""
     deadline = Deadline(timeout)
     model = verifier.load_model(model_path)
     problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
                                      accumulate=accumulate, model=model, **options)
-    return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, as_json, dump, trace)
+    return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
+                  trace)
 
 
 @cli.command("export")
@@ -283,25 +309,72 @@ def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
               help="Write the table here (.csv or .json; never overwrites).")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
               help="Table format on stdout (default markdown; the output file's suffix decides for -o).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Also draw p* against log2 N with the fit, as .png or .svg (needs matplotlib).")
+@cluster_options
 def sweep_cmd(task_name, N_range, p_range, f, int_bits, rounding, overflow, accumulate, variant, k, eta, seed, engine,
-              timeout, output, fmt, **options):
+              timeout, output, fmt, plot_path, scheduler, cache_path, no_cache, **options):
     """The precision frontier: smallest p that proves the construction, for each N.
 
-    Exit 0 when every run finished; 3 when the sweep was interrupted (the table is marked partial)."""
+    The (N, p) points run as Dask tasks; their verdicts are cached, so the same command run again
+    (after Ctrl-C, say) resumes.  Exit 0 when every run finished; 3 when the sweep was interrupted
+    (the table is marked partial)."""
     Ns, ps = parse_range(N_range, "--N"), parse_range(p_range, "--p")
     if output and not output.endswith((".csv", ".json")):
         raise InputError("-o must end in .csv or .json")
+    if plot_path:
+        plots.check_output(plot_path)
+    cache = open_cache(cache_path, no_cache)
     with new_output(output) if output else contextlib.nullcontext() as fh:
         fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, int_bits=int_bits, rounding=rounding,
                       overflow=overflow,
                       accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options,
-                      progress=lambda line: click.echo(line, err=True))
+                      progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
+        click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
+                                             if cache is not None else ""), err=True)
         render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
         if fh is not None:
             fh.write(render["json" if output.endswith(".json") else "csv"]())
             click.echo(f"wrote {output}", err=True)
     click.echo(render[fmt or "markdown"]())
+    if plot_path:
+        click.echo(f"wrote {plots.save(plots.frontier_figure([fr.to_json()]), plot_path)}", err=True)
     return 3 if fr.partial else 0
+
+
+@cli.command("plot")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The figure: .png or .svg.")
+def plot_cmd(paths, output):
+    """Draw sweeps (sweep -o X.json; several go on one figure) or a counterexample's attention weights,
+    FX against real, per head (a dump from --dump DIR).  Needs matplotlib (verify[plot])."""
+    plots.check_output(output)
+    docs = [report.load(p) for p in paths]
+    kinds = {kind for kind, _ in docs}
+    if kinds == {"sweep"}:
+        fig = plots.frontier_figure([doc for _, doc in docs])
+    elif kinds == {"dump"} and len(docs) == 1:
+        fig = plots.attention_figure(docs[0][1])
+    else:
+        raise InputError("verify plot draws sweeps (one or more sweep JSON files) or one counterexample dump")
+    click.echo(f"wrote {plots.save(fig, output)}")
+    return 0
+
+
+@cli.command("report")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The .html file to write.")
+def report_cmd(path, output):
+    """One self-contained HTML page of a verdict (--json), a counterexample dump (--dump) or a sweep
+    (sweep -o X.json): the verdict and its arithmetic, the frontier figure, the trace with the first
+    FX departure marked, and the attention heatmaps."""
+    kind, doc = report.load(path)
+    if not output.endswith((".html", ".htm")):
+        raise InputError("-o must end in .html")
+    with new_output(output) as fh:
+        fh.write(report.render(kind, doc, source=Path(path).name))
+    click.echo(f"wrote {output} ({kind} report)")
+    return 0
 
 
 @cli.command("check")
@@ -309,10 +382,13 @@ def sweep_cmd(task_name, N_range, p_range, f, int_bits, rounding, overflow, accu
 @click.option("--profile", type=click.Choice(PROFILES), default=None, help="Run only this profile's specs.")
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default=None, help="Override every spec's engine.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def check_cmd(paths, profile, engine, as_json):
+@cluster_options
+def check_cmd(paths, profile, engine, as_json, scheduler, cache_path, no_cache):
     """Run proof obligations (specs/*.toml); exit 1 if any verdict differs from the expected one.
 
-    Exit 2 when no spec is selected (a check that runs nothing cannot pass), 3 when interrupted."""
+    The specs run as Dask tasks; their verdicts are cached.  Exit 2 when no spec is selected (a check
+    that runs nothing cannot pass), 3 when interrupted."""
+    cache = open_cache(cache_path, no_cache)
     specs = load_specs(list(paths))
     width = max(len(s.name) for s in specs) + 1
     header = f"{'spec':<{width}} {'expect':<8} {'got':<8} {'inputs':>21} {'seconds':>8}  ok"
@@ -323,10 +399,12 @@ def check_cmd(paths, profile, engine, as_json):
         if as_json:
             return
         inputs = f"{count_text(o.result.covered)}/{count_text(o.result.total)}" if o.result else "-"
-        click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} {o.seconds:>8.2f}  "
-                   f"{'ok' if o.ok else 'FAIL'}" + (f"  {o.error}" if o.error else ""))
+        cached = o.result is not None and o.result.cached
+        click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} "
+                   f"{'cached' if cached else f'{o.seconds:.2f}':>8}  {'ok' if o.ok else 'FAIL'}"
+                   + (f"  {o.error}" if o.error else ""))
 
-    done = check_specs(specs, profile, engine, progress=show)
+    done = check_specs(specs, profile, engine, progress=show, scheduler=scheduler, cache=cache)
     outcomes = done.outcomes
     failed = [o for o in outcomes if not o.ok]
     if as_json:
@@ -335,15 +413,16 @@ def check_cmd(paths, profile, engine, as_json):
                           "ok": o.ok, "error": o.error, "seconds": round(o.seconds, 3),
                           "result": o.result.to_json() if o.result else None} for o in outcomes],
             "skipped": [str(s.path) for s in done.skipped],
-            "interrupted": done.interrupted}, indent=2))
+            "interrupted": done.interrupted, "ran_on": done.ran_on}, indent=2))
     else:
         if done.skipped:
             click.echo(f"skipped (not in profile {profile}): {', '.join(s.name for s in done.skipped)}")
         if done.interrupted:
-            click.echo(f"interrupted ({interrupts.cause()}) during {done.interrupted}: unknown; "
-                       f"{len(outcomes)} spec{'s' if len(outcomes) != 1 else ''} finished before it")
+            click.echo(f"interrupted ({interrupts.cause()}): unknown for {', '.join(done.interrupted)}; "
+                       f"{len(outcomes)} spec{'s' if len(outcomes) != 1 else ''} finished")
         click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} specs got the expected verdict"
-                   + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else ""))
+                   + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else "")
+                   + f"; ran on {done.ran_on}" + (f"; {cache.hits} read from the cache {cache.path}" if cache else ""))
     return 1 if failed else 3 if done.interrupted else 0
 
 

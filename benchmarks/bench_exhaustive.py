@@ -17,7 +17,6 @@ import time
 
 import verifier
 from verifier.arithmetic import FixedPoint, Real
-from verifier.engines.exhaustive import ev_batch_size
 from verifier.evaluator import Evaluator
 
 
@@ -47,7 +46,7 @@ def main() -> None:
         rows.append((f"engine, {workers} worker{'s' if workers > 1 else ''} (verdict: {r.verdict})", r.seconds))
 
     fx = Evaluator(model, FixedPoint(args.p))
-    size = lambda L: ev_batch_size(fx, L)  # noqa: E731  the same batches for every pass
+    size = fx.batch_size  # the same batches for every pass
     t_fx = sweep_all(fx, task, size)
     t_real_tables = sweep_all(Evaluator(model, Real()), task, size)
     t_real_plain = sweep_all(Evaluator(model, Real(), tables=False), task, size)

@@ -52,3 +52,21 @@ def test_the_weights_hash_changes_with_any_weight():
     model.layers[0].heads[0].W_Q[0, 0] -= 2.0 ** -20
     model.readout.positions = "all"
     assert weights_sha256(model) != before
+
+
+def test_a_refutation_and_its_dumps_name_the_file_its_weights_and_the_codes_used(tmp_path):
+    from verifier.dump import write_dumps
+    from verifier.refute import random_model, refute
+    task = make_task("equality", 8)
+    path = save_model(random_model(task, 1, 2, "softmax", np.random.default_rng(1)), tmp_path / "eq.npz")
+    problem = verifier.build_problem("equality", N=8, p=4, model=load_model(path))
+    out = refute(problem)
+    assert out.verdict == "refuted"
+    pv = out.to_json()["provenance"]
+    assert pv["source"] == "model file" and pv["path"] == str(path)
+    assert pv["weights_sha256"] == weights_sha256(load_model(path))
+    doc = json.loads(write_dumps(out, tmp_path / "d")[0].read_text())
+    assert doc["provenance"] == pv
+    arith = problem.arith
+    for name, w in load_model(path).named_arrays().items():
+        assert doc["quantized_weights"][name]["codes"] == arith.quantize(w)[0].tolist()

@@ -1,4 +1,4 @@
-"""Seed 004's two-layer constructions: the tasks' ground truths, the corrected variants proved, the
+"""The two-layer constructions of Bhattamishra et al. 2024 (arXiv:2406.09347): the tasks' ground truths, the corrected variants proved, the
 printed variants refuted by an engine, and the errata report (issue 4)."""
 
 from __future__ import annotations

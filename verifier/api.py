@@ -20,7 +20,7 @@ from . import interrupts
 from .arithmetic import FixedPoint
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
-from .engines import Found, Problem, RunOptions, choose
+from .engines import Found, Problem, RunOptions, Tick, choose
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, reference, trace
 from .model import Model, Recurrent, weights_sha256
@@ -86,10 +86,12 @@ def check_compatible(model: Model | Recurrent, task) -> None:
 
 def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1, timeout: Optional[float] = None,
         start: int = 0, stop: Optional[int] = None, workers: Optional[int] = None,
-        progress: Optional[Callable[[int, int], None]] = None, deadline: Optional[Deadline] = None) -> Result:
+        progress: Optional[Callable[[Tick], None]] = None, deadline: Optional[Deadline] = None,
+        cluster=None) -> Result:
     """Decide the problem with an engine; replay every counterexample; sample-check a symbolic
     proof; return the verdict.  `deadline` (which `prove` and the CLI start before building the
-    problem) takes the place of `timeout`."""
+    problem) takes the place of `timeout`.  `cluster` (a started `verifier.cluster.Cluster`): the
+    exhaustive engine splits its range over the cluster's workers."""
     total = problem.task.total
     stop = total if stop is None else stop
     if not 0 <= start <= stop <= total:
@@ -99,7 +101,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
                          f"with its trace), got {max_counterexamples}")
     check_workers(workers)
     deadline = deadline if deadline is not None else Deadline(timeout)
-    opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress)
+    opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster)
     chosen = choose(engine, problem, opts)
     t0 = time.monotonic()
     er = chosen.run(problem, opts)
@@ -122,7 +124,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     stats = dict(er.stats)
     if audit is not None:
         stats["sample_check"] = audit.to_json()
-    construction, params, provenance = _provenance(problem)
+    construction, params, provenance = describe_problem(problem)
     arithmetic = {**problem.arith.describe(), "quantization_error": quantized.quant_error,
                   "saturated_parameters": quantized.saturated_params}
     tightest = None
@@ -130,10 +132,11 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         tightest = {"index": er.tightest, "input": problem.task.render(problem.task.decode(er.tightest))}
     return Result(verdict, problem.task.describe(), construction, params, arithmetic,
                   chosen.name + (" (auto)" if engine == "auto" else ""), er.covered, total, start, stop, seconds,
-                  er.min_margin, cexs, tightest, reason, stats, status, provenance)
+                  er.min_margin, cexs, tightest, reason, stats, status, provenance,
+                  quantized=quantized.q.named_arrays() if cexs else {})
 
 
-def _provenance(problem: Problem) -> tuple[dict, dict, dict]:
+def describe_problem(problem: Problem) -> tuple[dict, dict, dict]:
     """What was verified: (construction and theorem, parameters, provenance).  A built-in
     construction's parameters are facts; what a model file's metadata says is only its claim."""
     model = problem.model

@@ -12,11 +12,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from .errors import InputError
-from .result import Counterexample, Result
+from .result import Counterexample, Result, finite_or_none
 
 HOW_TO_READ = (
     "trace: the forward pass of this input, in evaluation order. For each intermediate: 'codes' are "
@@ -26,7 +27,10 @@ HOW_TO_READ = (
     ".logits <q,k>, .max (M), .exp (R(exp(s - M))), .Z (sum of exp, exact), .attn (R(e/Z)), .out (head "
     "output), L<l>.heads, L<l>.attn_out (after W_O), L<l>.resid, L<l>.ffn_hidden, L<l>.ffn_out, L<l>.out, "
     "readout.scores (one row per position read). A recurrent model: Wh (W h_{t-1} + b per step), h "
-    "(the state after each step). 'position' in the counterexample is the first position that fails.")
+    "(the state after each step). 'position' in the counterexample is the first position that fails. "
+    "first_departure: the first intermediate where FX is more than one step 2^-f from the real value (more "
+    "than one rounding explains), with the element and the gap in steps. quantized_weights: the weight "
+    "codes the run used (value = code * 2^-f), under the model file's names.")
 
 
 def _list(a):
@@ -38,10 +42,34 @@ def trace_json(table: dict) -> dict:
                    "real": _list(v["real"])} for name, v in table.items()}
 
 
+def first_departure(table: dict, f: int) -> Optional[dict]:
+    """The first intermediate, in evaluation order, where the FX value is more than one step 2^-f
+    from the real one (more than a single rounding explains), or the real value is not finite:
+    its name, the element, both values and the gap in steps.  None when FX follows throughout."""
+    step = 2.0 ** -f
+    for name, v in table.items():
+        if v["real"] is None:
+            continue
+        fx = np.asarray(v["values"], dtype=np.float64)
+        real = np.asarray(v["real"], dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            gap = np.where(np.isfinite(real), np.abs(fx - real), np.inf)
+        if gap.size and gap.max() > step:
+            at = np.unravel_index(int(np.argmax(gap > step)), gap.shape)
+            return {"name": name, "element": [int(i) for i in at], "fx": float(fx[at]),
+                    "real": finite_or_none(real[at]), "gap_steps": finite_or_none(gap[at] / step)}
+    return None
+
+
 def counterexample_document(result: Result, cex: Counterexample) -> dict:
+    f = result.arithmetic["f"]
     return {"verdict": result.verdict, "task": result.task, "construction": result.construction,
             "params": result.params, "arithmetic": result.arithmetic, "engine": result.engine,
-            "counterexample": cex.to_json(), "how_to_read": HOW_TO_READ, "trace": trace_json(cex.trace)}
+            "provenance": result.provenance,
+            "counterexample": cex.to_json(), "first_departure": first_departure(cex.trace, f),
+            "how_to_read": HOW_TO_READ, "trace": trace_json(cex.trace),
+            "quantized_weights": {name: {"shape": list(np.shape(c)), "codes": _list(c)}
+                                  for name, c in result.quantized.items()}}
 
 
 def prepare_dump_dir(directory: str | Path) -> Path:

@@ -31,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 
-from .api import replay, run
+from .api import describe_problem, replay, run
 from .budget import Deadline
 from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random_seeds
 from .engines import Found, Problem
@@ -53,6 +53,8 @@ class Refutation:
     arithmetic: dict
     counterexamples: list[Counterexample]
     argument: list[str] = field(default_factory=list)  # why the counterexamples are forced
+    quantized: dict = field(default_factory=dict, repr=False)  # weight name -> codes, for the dumps
+    provenance: dict = field(default_factory=dict)  # what was refuted: a file and its weights_sha256, ...
     certificate: Optional[dict] = None
     bound: Optional[dict] = None  # the certified error bound
     findings: list[str] = field(default_factory=list)  # scope, rounding that broke an identity, counts
@@ -80,7 +82,7 @@ class Refutation:
         return {"verdict": self.verdict, "method": self.method, "task": self.task, "model": self.model,
                 "arithmetic": self.arithmetic, "argument": self.argument, "certificate": self.certificate,
                 "bound": self.bound, "findings": self.findings, "stats": self.stats, "seconds": round(self.seconds, 3),
-                "counterexamples": [c.to_json() for c in self.counterexamples]}
+                "counterexamples": [c.to_json() for c in self.counterexamples], "provenance": self.provenance}
 
     def summary(self) -> str:
         a = self.arithmetic
@@ -323,7 +325,7 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
     deadline = deadline if deadline is not None else Deadline(timeout)
     t0 = time.monotonic()
     out = Refutation("unknown", method, problem.task.describe(), _describe(problem.model),
-                     problem.arith.describe(), [])
+                     problem.arith.describe(), [], provenance=describe_problem(problem)[2])
     rng = random.Random(seed)
     model = _Model(problem)
     order = ["dependent", "protocol", "search"] if method == "auto" else [method]
@@ -359,6 +361,7 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
                 out.findings.append(f"search: {result.reason}")
     if out.counterexamples:
         out.verdict = "refuted"
+        out.quantized = model.generic.q.named_arrays()
     out.seconds = time.monotonic() - t0
     return out
 

@@ -31,8 +31,15 @@ class Counterexample:
     def to_json(self) -> dict:
         return {"index": self.index, "tokens": self.tokens, "input": self.input, "position": self.position,
                 "expected": self.expected, "produced": self.produced, "reason": self.reason,
-                "margin": _num(self.margin), "overflow_at": self.overflow_at, "real_produced": self.real_produced,
-                "real_margin": _num(self.real_margin)}
+                "margin": finite_or_none(self.margin), "overflow_at": self.overflow_at, "real_produced": self.real_produced,
+                "real_margin": finite_or_none(self.real_margin)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Counterexample":
+        """A counterexample read back from `to_json` (the trace is not part of it)."""
+        return cls(d["index"], d["tokens"], d["input"], d["expected"], d["produced"], d["reason"],
+                   math.nan if d["margin"] is None else d["margin"], d["overflow_at"], d["real_produced"],
+                   d["real_margin"], position=d["position"])
 
     @property
     def claim(self) -> str:
@@ -61,6 +68,8 @@ class Result:
     engine_stats: dict = field(default_factory=dict)
     status: str = "complete"  # complete | partial (a range) | timeout | interrupted | incomplete (solver)
     provenance: dict = field(default_factory=dict)  # what was verified: built-in or a file, weights_sha256
+    cached: bool = False  # read from the verdict cache, not decided by this process
+    quantized: dict = field(default_factory=dict, repr=False)  # weight name -> codes, for the dumps
 
     @property
     def exit_code(self) -> int:
@@ -70,10 +79,19 @@ class Result:
         return {"verdict": self.verdict, "task": self.task, "construction": self.construction,
                 "params": self.params, "arithmetic": self.arithmetic, "engine": self.engine,
                 "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop]},
-                "seconds": round(self.seconds, 3), "min_margin": _num(self.min_margin),
+                "seconds": round(self.seconds, 3), "min_margin": finite_or_none(self.min_margin),
                 "tightest": self.tightest, "status": self.status, "reason": self.reason,
                 "counterexamples": [c.to_json() for c in self.counterexamples],
-                "engine_stats": self.engine_stats, "provenance": self.provenance}
+                "engine_stats": self.engine_stats, "provenance": self.provenance, "cached": self.cached}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Result":
+        """A result read back from `to_json` (counterexamples without their traces)."""
+        inputs = d["inputs"]
+        return cls(d["verdict"], d["task"], d["construction"], d["params"], d["arithmetic"], d["engine"],
+                   inputs["covered"], inputs["total"], *inputs["range"], d["seconds"], d["min_margin"],
+                   [Counterexample.from_json(c) for c in d["counterexamples"]], d["tightest"], d["reason"],
+                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False))
 
     def summary(self) -> str:
         a = self.arithmetic
@@ -95,7 +113,12 @@ class Result:
         share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
         lines.append(f"  inputs      {count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
                      + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
-                     + f") by engine {self.engine} in {self.seconds:.2f} s")
+                     + f") by engine {self.engine}"
+                     + (f" on {self.engine_stats['workers']}" if isinstance(self.engine_stats.get("workers"), str)
+                        else "") + f" in {self.seconds:.2f} s")
+        if self.cached:
+            lines.append("  cache       read from the verdict cache: decided earlier by this same code, on these "
+                         "weights, task, arithmetic and engine")
         st = self.engine_stats
         if "cases" in st:
             lines.append(f"  cases       {st['cases']} case splits: {st['decided_by_evaluation']} decided by partial "
@@ -130,7 +153,7 @@ def count_text(n: int) -> str:
     return f"{n:,}" if n < 10 ** 12 else f"{n:.3g}"
 
 
-def _num(x):
+def finite_or_none(x):
     if x is None:
         return None
     x = float(x)

@@ -19,13 +19,14 @@ A spec file holds one obligation as top-level keys:
 
 from __future__ import annotations
 
-import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .api import build_problem, run
+from .api import build_problem
+from .cache import Cache, option_files, run_key
+from .cluster import Cluster, Job
 from .arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
 from .constructions import CONSTRUCTIONS
 from .engines import ENGINES
@@ -113,7 +114,8 @@ class Checked:
 
     outcomes: list[Outcome]
     skipped: list[Spec]
-    interrupted: Optional[str] = None
+    interrupted: Optional[list[str]] = None  # the specs an interruption left undecided
+    ran_on: str = ""  # where the runs were decided (`Cluster.describe`)
 
 
 def load_spec(path: Path) -> Spec:
@@ -161,33 +163,56 @@ def load_specs(paths: list[str | Path]) -> list[Spec]:
 
 
 def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str] = None,
-          progress=None) -> Checked:
+          progress=None, scheduler: Optional[str] = None, cache: Optional[Cache] = None) -> Checked:
     """Run each spec of the profile; an InputError or InternalError is an 'error' outcome.
 
-    A selection with no spec is an InputError: a check that ran nothing must not pass.  An
-    interruption (Ctrl-C, SIGTERM) stops the check after the spec it interrupted."""
+    The specs run as independent jobs on `scheduler` (`verifier.cluster`), their verdicts read from
+    and stored in `cache`; `progress(outcome)` sees the outcomes in the specs' order.  A selection
+    with no spec is an InputError: a check that ran nothing must not pass.  An interruption (Ctrl-C,
+    SIGTERM) stops the check; `interrupted` names the specs it left undecided."""
     selected = [s for s in specs if profile is None or profile in s.profiles]
     skipped = [s for s in specs if s not in selected]
     if not selected:
         raise InputError(f"no spec is in profile {profile!r} ({len(specs)} spec{'s' if len(specs) != 1 else ''} "
                          f"read, none selected): a check that runs nothing cannot pass")
-    done = Checked([], skipped)
-    for spec in selected:
-        t0 = time.monotonic()
+    outcomes: dict[int, Outcome] = {}
+    jobs, job_spec = [], []
+    for i, spec in enumerate(selected):
         try:
-            model = load_model(spec.model) if spec.model else None
-            problem = build_problem(spec.task, model=model, **spec.problem)
-            result = run(problem, engine or spec.engine, timeout=spec.timeout)
-            outcome = Outcome(spec, result.verdict, result.verdict == spec.expect, result)
+            problem = build_problem(spec.task, model=load_model(spec.model) if spec.model else None, **spec.problem)
+            name = engine or spec.engine
+            key = run_key(problem, name, files=option_files(spec.task, spec.problem)) if cache is not None else None
+            jobs.append(Job(problem, name, spec.timeout, key))
+            job_spec.append(i)
         except (InputError, InternalError) as exc:
-            outcome = Outcome(spec, "error", False, error=str(exc))
-        except KeyboardInterrupt:
-            outcome = None
-        if outcome is None or (outcome.result is not None and outcome.result.status == "interrupted"):
-            done.interrupted = spec.name  # its verdict is no outcome, even where unknown was expected
-            break
-        outcome.seconds = time.monotonic() - t0
-        done.outcomes.append(outcome)
-        if progress:
-            progress(outcome)
+            outcomes[i] = Outcome(spec, "error", False, error=str(exc))
+    shown = 0
+
+    def show() -> None:
+        nonlocal shown
+        while shown in outcomes:
+            if progress:
+                progress(outcomes[shown])
+            shown += 1
+
+    done = Checked([], skipped)
+    with Cluster(scheduler) as cluster:
+        try:
+            show()
+            for j, value in cluster.decide(jobs, cache):
+                spec = selected[job_spec[j]]
+                if isinstance(value, (InputError, InternalError)):
+                    outcomes[job_spec[j]] = Outcome(spec, "error", False, error=str(value))
+                elif isinstance(value, Exception):
+                    raise value
+                elif value.status == "interrupted":
+                    raise KeyboardInterrupt
+                else:
+                    outcomes[job_spec[j]] = Outcome(spec, value.verdict, value.verdict == spec.expect, value,
+                                                    seconds=value.seconds)
+                show()
+        except KeyboardInterrupt:  # a verdict cut short is no outcome, even where unknown was expected
+            done.interrupted = [s.name for i, s in enumerate(selected) if i not in outcomes]
+        done.ran_on = cluster.describe()
+    done.outcomes = [outcomes[i] for i in sorted(outcomes)]
     return done

@@ -5,9 +5,10 @@ larger p of the range (so a p that proves by luck below a failing one does not c
 table also lists every verdict, and the counterexample that rules out p* - 1.  The fit is an
 ordinary least-squares line p* = a log2 N + c over the N that have a p*.
 
-Every p of the grid, the task's options and the largest N are checked before the first run, so a
+Every problem of the grid is built (formats, the task's options, sizes) before the first run, so a
 bad grid fails at once, not after hours.  An interruption (Ctrl-C, SIGTERM) stops the sweep: the
-frontier is marked partial, and the row it interrupted has no p*.
+frontier is marked partial, and a row with a p not decided has no p*; with a verdict cache, the
+same command then resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, TextIO
 
 from . import interrupts
-from .api import build_problem, prove
+from .api import build_problem
 from .arithmetic import FixedPoint
+from .cache import Cache, option_files, run_key
+from .cluster import Cluster, Job
 from .errors import InputError
+from .result import Result
 
 MAX_GRID = 10_000  # values in one --N or --p range
 
@@ -35,8 +39,9 @@ class FrontierRow:
     verdicts: dict[int, str]  # p -> proved | refuted | unknown
     ruled_out_by: Optional[str] = None  # the counterexample at p* - 1
     ruled_out_reason: Optional[str] = None
-    seconds: float = 0.0
-    complete: bool = True  # False: the sweep was interrupted in this row
+    seconds: float = 0.0  # deciding its runs (0 for those read from the cache)
+    complete: bool = True  # False: the sweep was interrupted before every p of this row was decided
+    cached: int = 0  # runs of this row read from the verdict cache
 
 
 @dataclass
@@ -48,10 +53,11 @@ class Frontier:
     intercept: Optional[float] = None
     construction: dict = field(default_factory=dict)
     partial: Optional[str] = None  # why the sweep stopped early (None: every run finished)
+    ran_on: str = ""  # where the runs were decided (`Cluster.describe`)
 
     def to_json(self) -> dict:
         return {"task": self.task, "arithmetic": self.arithmetic, "construction": self.construction,
-                "partial": self.partial,
+                "partial": self.partial, "ran_on": self.ran_on,
                 "fit": {"p_star": "slope * log2(N) + intercept", "slope": self.slope, "intercept": self.intercept},
                 "rows": [asdict(r) for r in self.rows]}
 
@@ -79,7 +85,7 @@ class Frontier:
             lines.append(f"Fit: p* = {self.slope:.3f} log2 N + {self.intercept:.3f}")
         if self.partial:
             lines.append("")
-            lines.append(f"PARTIAL: {self.partial}; the last row is incomplete and has no p*")
+            lines.append(f"PARTIAL: {self.partial}; a row with a p not decided has no p*")
         return "\n".join(lines)
 
 
@@ -110,9 +116,13 @@ def parse_range(text: str, name: str) -> list[int]:
 
 def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
              progress: Optional[Callable[[str], None]] = None, int_bits: Optional[int] = None,
-             **problem) -> Frontier:
+             scheduler: Optional[str] = None, cache: Optional[Cache] = None, **problem) -> Frontier:
     """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
-    f = p - int_bits at each p: p* then measures the fraction bits a construction needs."""
+    f = p - int_bits at each p: p* then measures the fraction bits a construction needs.
+
+    The points run as independent jobs on `scheduler` (`verifier.cluster`; each point on one core),
+    and their verdicts go to `cache` as they arrive, so that the same sweep run again reads them
+    instead of deciding them: an interrupted sweep resumes where it was."""
     if int_bits is not None and problem.get("f") is not None:
         raise InputError("--f and --int-bits both set the fractional bits; give one")
     arith = {k: problem[k] for k in ("f", "rounding", "overflow", "accumulate") if problem.get(k) is not None}
@@ -124,38 +134,36 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
         if int_bits is not None and not 0 <= p - int_bits <= p:
             raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
-    build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
-    rows = []
-    arithmetic: dict = {}
-    construction: dict = {}
+    points = [(N, p) for N in Ns for p in ps]
+    files = option_files(task, problem)
+    jobs = []
+    for N, p in points:  # every problem is built (options, sizes, memory checked) before any run
+        built = build_problem(task, N=N, p=p, **at(p))
+        jobs.append(Job(built, engine, timeout, run_key(built, engine, files=files) if cache is not None else None))
+    results: dict[tuple[int, int], Result] = {}
     partial = None
-    try:
-        for N in Ns:
-            row = FrontierRow(N, None, {}, complete=False)
-            rows.append(row)
-            cex = {}
-            for p in ps:
-                result = prove(task, N=N, p=p, engine=engine, timeout=timeout, **at(p))
-                if result.status == "interrupted":
+    with Cluster(scheduler) as cluster:
+        try:
+            for i, value in cluster.decide(jobs, cache):
+                if isinstance(value, Exception):
+                    raise value
+                if value.status == "interrupted":
                     raise KeyboardInterrupt
-                row.verdicts[p] = result.verdict
-                row.seconds += result.seconds
-                if result.counterexamples:
-                    c = result.counterexamples[0]
-                    cex[p] = (c.input, f"{c.reason}: {c.claim}")
-                arithmetic = {k: result.arithmetic[k] for k in ("rounding", "overflow", "accumulate")}
-                construction = result.construction
+                results[points[i]] = value
                 if progress:
-                    progress(f"N={N} p={p}: {result.verdict} ({result.seconds:.2f} s)")
-            row.complete = True
-            row.p_star = p_star(row.verdicts)
-            if row.p_star is not None and row.p_star - 1 in cex:
-                row.ruled_out_by, row.ruled_out_reason = cex[row.p_star - 1]
-    except KeyboardInterrupt:
-        partial = f"interrupted ({interrupts.cause()}) at N={N}, p={p}"
+                    N, p = points[i]
+                    progress(f"N={N} p={p}: {value.verdict} ({'cached' if value.cached else f'{value.seconds:.2f} s'})")
+        except KeyboardInterrupt:
+            partial = (f"interrupted ({interrupts.cause()}) with {len(results)} of {len(points)} runs decided"
+                       + ("; the same command resumes from the verdict cache" if cache is not None else ""))
+        ran_on = cluster.describe()
+    rows = [_row(N, ps, results) for N in Ns]
     f_rule = (f"f = p - {int_bits}" if int_bits is not None else
               "f = p // 2" if problem.get("f") is None else f"f = {problem['f']}")
-    result = Frontier(task, rows, {"f": f_rule, **arithmetic}, construction=construction, partial=partial)
+    any_result = next(iter(results.values()), None)
+    arithmetic = {k: any_result.arithmetic[k] for k in ("rounding", "overflow", "accumulate")} if any_result else {}
+    result = Frontier(task, rows, {"f": f_rule, **arithmetic}, construction=any_result.construction if any_result
+                      else {}, partial=partial, ran_on=ran_on)
     pts = [(math.log2(r.N), r.p_star) for r in rows if r.p_star is not None]
     if len(pts) >= 2 and len({x for x, _ in pts}) >= 2:
         mx = sum(x for x, _ in pts) / len(pts)
@@ -164,6 +172,20 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
         result.slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
         result.intercept = my - result.slope * mx
     return result
+
+
+def _row(N: int, ps: list[int], results: dict) -> FrontierRow:
+    """The row of N from the results reached; p* only when every p of the row was decided."""
+    done = [(p, results[N, p]) for p in ps if (N, p) in results]
+    row = FrontierRow(N, None, {p: r.verdict for p, r in done}, seconds=sum(r.seconds for _, r in done),
+                      complete=len(done) == len(ps), cached=sum(r.cached for _, r in done))
+    if row.complete:
+        row.p_star = p_star(row.verdicts)
+        below = results.get((N, row.p_star - 1)) if row.p_star is not None else None
+        if below is not None and below.counterexamples:
+            c = below.counterexamples[0]
+            row.ruled_out_by, row.ruled_out_reason = c.input, f"{c.reason}: {c.claim}"
+    return row
 
 
 @contextlib.contextmanager

@@ -55,7 +55,7 @@ VARIANTS = {
 
 
 def kc(N: int, f: int | None) -> float:
-    """Seed 004's Kc for our grid: N^-Kc = 2^-f (Appendix B.2)."""
+    """The paper's Kc for our grid: N^-Kc = 2^-f (Appendix B.2)."""
     if f is None:
         raise InputError("the paper's eta depends on the precision (Kc): give the fractional bits f")
     return f / math.log2(N) if N > 1 else float(f)

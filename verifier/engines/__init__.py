@@ -4,7 +4,7 @@ and `run` (see `base.Engine`), and one entry in ENGINES."""
 from __future__ import annotations
 
 from ..errors import InputError
-from .base import Engine, EngineResult, Found, Problem, RunOptions
+from .base import Engine, EngineResult, Found, Problem, RunOptions, Tick
 from .exhaustive import Exhaustive
 from .reach import Reach
 from .smt import Smt

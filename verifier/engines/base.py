@@ -7,7 +7,7 @@ one place (`verifier.api`), whatever the engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
@@ -35,7 +35,20 @@ class RunOptions:
     start: int = 0  # the range of the task's enumeration to cover
     stop: Optional[int] = None
     workers: Optional[int] = None  # None: both cores for large spaces
-    progress: Optional[Callable[[int, int], None]] = None  # (covered, to_cover)
+    progress: Optional[Callable[["Tick"], None]] = None
+    cluster: Optional[Any] = None  # a `verifier.cluster.Cluster`: exhaustive chunks run as its tasks
+
+
+@dataclass
+class Tick:
+    """What a progress display shows: inputs covered of those to cover, and for the engines that
+    decide case by case, the cases decided of their total and the case being decided."""
+
+    covered: int
+    total: int
+    cases_done: Optional[int] = None
+    cases_total: Optional[int] = None
+    case: Optional[str] = None
 
 
 @dataclass

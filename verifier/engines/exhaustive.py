@@ -1,7 +1,8 @@
 """The exhaustive engine: evaluate every input of the task, in the task's fixed order.
 
 Inputs go in chunks (a range of the enumeration) through the batched FX evaluator.  Chunks are
-handed to worker processes (fork; both cores for large spaces) with a bounded number in flight,
+handed to worker processes (fork; both cores for large spaces), or to the workers of a Dask cluster
+(`verifier.cluster`, which is sent the problem once), with a bounded number in flight,
 so memory stays bounded whatever the input count, and results are taken in order, so that the
 first counterexample reported is the first in enumeration order and ``covered`` is always a
 prefix: a run that was stopped can be resumed from ``start = covered``.
@@ -9,6 +10,7 @@ prefix: a run that was stopped can be resumed from ``start = covered``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
@@ -20,7 +22,7 @@ import numpy as np
 
 from .. import interrupts
 from ..evaluator import make_evaluator
-from .base import EngineResult, Found, Problem, RunOptions
+from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 CHUNK = 1 << 17
 PARALLEL_ABOVE = 1 << 18
@@ -39,7 +41,21 @@ _STATE: dict = {}  # the worker's problem; set before forking, inherited by the 
 
 
 def _check(start: int, stop: int) -> _Chunk:
-    task, ev, limit = _STATE["task"], _STATE["evaluator"], _STATE["limit"]
+    return _check_range(_STATE["task"], _STATE["evaluator"], _STATE["limit"], start, stop)
+
+
+_REMOTE: dict = {}  # on a cluster worker: id(problem) -> (problem, its evaluator), built once per problem
+
+
+def _check_remote(problem: Problem, limit: int, start: int, stop: int) -> _Chunk:
+    """A chunk on a Dask worker, which was sent the problem once (`Cluster.scatter`)."""
+    if id(problem) not in _REMOTE:
+        _REMOTE.clear()
+        _REMOTE[id(problem)] = (problem, make_evaluator(problem.model, problem.arith))
+    return _check_range(problem.task, _REMOTE[id(problem)][1], limit, start, stop)
+
+
+def _check_range(task, ev, limit: int, start: int, stop: int) -> _Chunk:
     found: list[Found] = []
     best, tightest = math.inf, None
     for batch in task.batches(start, stop, ev.batch_size):
@@ -73,6 +89,7 @@ class Exhaustive:
         ev = make_evaluator(problem.model, problem.arith)
         _STATE.update(task=problem.task, evaluator=ev, limit=max(1, opts.max_counterexamples))
         chunks = [(a, min(a + CHUNK, stop)) for a in range(start, stop, CHUNK)]
+        cluster = opts.cluster if opts.cluster is not None and not opts.cluster.serial else None
         workers = opts.workers or (min(2, os.cpu_count() or 1) if stop - start > PARALLEL_ABOVE else 1)
         result = EngineResult("complete", 0, [])
 
@@ -84,11 +101,16 @@ class Exhaustive:
             if chunk.tightest is not None and (result.min_margin is None or chunk.min_margin < result.min_margin):
                 result.min_margin, result.tightest = chunk.min_margin, chunk.tightest
             if opts.progress:
-                opts.progress(result.covered, stop - start)
+                opts.progress(Tick(result.covered, stop - start))
             return len(result.found) >= opts.max_counterexamples
 
         try:
-            if workers == 1:
+            if cluster is not None:
+                shared, limit = cluster.scatter(problem), _STATE["limit"]
+                self._in_order(chunks, 2 * cluster.workers,
+                               lambda a, b: cluster.submit(_check_remote, shared, limit, a, b),
+                               take, opts.deadline, result)
+            elif workers == 1:
                 for a, b in chunks:
                     if opts.deadline.expired():
                         result.status = "timeout"
@@ -96,40 +118,40 @@ class Exhaustive:
                     if take(_check(a, b)):
                         break
             else:
-                self._parallel(chunks, workers, take, opts.deadline, result)
+                pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
+                try:
+                    self._in_order(chunks, 2 * workers, lambda a, b: pool.apply_async(_check, (a, b)), take,
+                                   opts.deadline, result)
+                finally:
+                    pool.terminate()
+                    pool.join()
         except KeyboardInterrupt:
             result.status = "interrupted"
-        result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
+        result.stats = {"workers": cluster.describe() if cluster is not None else workers, "chunks": len(chunks),
+                        "chunk_size": CHUNK,
                         "seconds": time.monotonic() - t0,
                         "layer0_logit_table": getattr(ev.tables, "logits", None) is not None}
         return result
 
     @staticmethod
-    def _parallel(chunks, workers, take, deadline, result) -> None:
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
-        pending = []
+    def _in_order(chunks, in_flight: int, submit, take, deadline, result) -> None:
+        """Keep `in_flight` chunks submitted (`submit(a, b)` returns a handle with `get(timeout)`)
+        and take their results in enumeration order, so that `covered` stays a prefix."""
         it = iter(chunks)
-        try:
-            for a, b in it:
-                pending.append(pool.apply_async(_check, (a, b)))
-                if len(pending) >= 2 * workers:
-                    break
-            while pending:
-                left = deadline.left()
-                if left is not None and left <= 0:
-                    result.status = "timeout"
-                    return
-                try:
-                    chunk = pending[0].get(timeout=left)
-                except multiprocessing.TimeoutError:
-                    result.status = "timeout"
-                    return
-                pending.pop(0)
-                if take(chunk):
-                    return
-                nxt = next(it, None)
-                if nxt is not None:
-                    pending.append(pool.apply_async(_check, nxt))
-        finally:
-            pool.terminate()
-            pool.join()
+        pending = [submit(a, b) for a, b in itertools.islice(it, in_flight)]
+        while pending:
+            left = deadline.left()
+            if left is not None and left <= 0:
+                result.status = "timeout"
+                return
+            try:
+                chunk = pending[0].get(timeout=left)
+            except (multiprocessing.TimeoutError, TimeoutError):
+                result.status = "timeout"
+                return
+            pending.pop(0)
+            if take(chunk):
+                return
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(submit(*nxt))

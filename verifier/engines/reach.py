@@ -20,7 +20,7 @@ import numpy as np
 from ..budget import TimedOut
 from ..evaluator import RecurrentEvaluator, make_evaluator
 from ..model import Recurrent
-from .base import EngineResult, Found, Problem, RunOptions
+from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 
 class Reach:
@@ -76,7 +76,7 @@ class Reach:
                 frontier = np.arange(len(seen), len(seen) + len(keep))
                 seen = np.vstack([seen, new[keep]])
                 if opts.progress:
-                    opts.progress(task.count_up_to(t), task.total)
+                    opts.progress(Tick(task.count_up_to(t), task.total, case=f"length {t}, {len(seen)} state pairs"))
         except KeyboardInterrupt:
             result.status = "interrupted"
         except TimedOut:

@@ -21,9 +21,17 @@ from ..budget import TimedOut
 from ..encoding import encode
 from ..errors import InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
-from .base import EngineResult, Found, Problem, RunOptions
+from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 STAT_KEYS = ("conflicts", "decisions", "propagations", "max memory", "sat conflicts", "sat decisions")
+
+
+def fresh_context() -> None:
+    """Start z3's default context anew.  The model z3 returns depends on the context's history (the
+    terms built before), so without this a run's counterexample would depend on the runs made
+    before it in the same process, and a sweep would report other inputs on a cluster than in one
+    process.  No z3 object outlives a run, so nothing refers to the old context."""
+    z3.z3._main_ctx = None
 
 
 class Smt:
@@ -44,6 +52,7 @@ class Smt:
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
         t0 = time.monotonic()
+        fresh_context()
         task = problem.task
         ev = make_evaluator(problem.model, problem.arith)
         result = EngineResult("complete", 0, [])
@@ -52,9 +61,17 @@ class Smt:
         totals: dict[str, float] = {}
         exact_margin = True  # every case's readout margin was a table
         case = None
+        # counting the cases costs one more pass over them: only for a display that shows it
+        n_cases = sum(1 for _ in task.cases()) if opts.progress else None
+
+        def tick(case_name: Optional[str]) -> None:
+            if opts.progress:
+                opts.progress(Tick(result.covered, task.total, stats["cases"], n_cases, case_name))
+
         try:
             for case in task.cases():
                 opts.deadline.check()
+                tick(case.name)
                 stats["cases"] += 1
                 enc = encode(ev, case, self.theory, opts.deadline)
                 want = opts.max_counterexamples - len(result.found)
@@ -85,8 +102,7 @@ class Smt:
                 if len(result.found) >= opts.max_counterexamples:
                     break
                 result.covered += case.count
-                if opts.progress:
-                    opts.progress(result.covered, task.total)
+                tick(None)
         except TimedOut:
             result.status, stats["unfinished_case"] = "timeout", case.name if case is not None else None
         except KeyboardInterrupt:

@@ -1,7 +1,7 @@
 """Nearest neighbour and MQAR (Bhattamishra et al. 2024, arXiv:2406.09347, Section 5.2, Theorem 7, Appendix G).
 
 Input for one k with N/2 < k <= N: x_1 y_1 x_2 y_2 ... x_{k-1} y_{k-1} x_k (2k - 1 tokens); the
-answer is y_{j*}, j* = argmax_{i<k} <x_k, x_i>, read at the last position.  Seed 004 evaluates
+answer is y_{j*}, j* = argmax_{i<k} <x_k, x_i>, read at the last position.  The paper evaluates
 every prefix ending in a query; we take each such prefix as one input.
 
 The vectors come from a finite codebook: the sign vectors {+-1/sqrt(d')}^{d'} (token names like

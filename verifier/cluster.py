@@ -1,0 +1,193 @@
+"""Where independent runs go: this process, a Dask cluster of this machine's cores, or an existing
+Dask cluster.  A sweep's (N, p) points, a check's specs and an enumeration's chunks are independent,
+so they run as Dask tasks, each on one core; the verdicts do not depend on where they ran.
+
+Dask is an optional extra (``pip install -e '.[dask]'``).  The default scheduler is a local cluster
+with one single-threaded worker process per core when Dask is installed, and this process when it
+is not; the environment variable VERIFY_SCHEDULER sets another default.  With ``--scheduler ADDRESS`` the workers of an existing cluster must have this same
+verifier installed.  The process that submits the runs alone reads and writes the verdict cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+from .api import run
+from .cache import Cache
+from .engines import Problem
+from .errors import InputError
+from .result import Result
+
+SERIAL, LOCAL = "serial", "local"
+# a worker's own bookkeeping competes with its run for the GIL: no statistical profiler sampling the
+# run's stack every 10 ms, and slower ticks and system monitoring (measured: runs 40% slower with them)
+QUIET_WORKERS = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+                 "distributed.admin.system-monitor.interval": "5s"}
+ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$|^[\w.-]+:\d+$")
+
+
+def dask_installed() -> bool:
+    return importlib.util.find_spec("dask") is not None and importlib.util.find_spec("distributed") is not None
+
+
+def resolve(scheduler: Optional[str]) -> str:
+    """The scheduler to use: "serial", "local", or a scheduler address (checked, not yet contacted).
+    None: the environment's VERIFY_SCHEDULER, else local when Dask is installed, else serial."""
+    scheduler = scheduler or os.environ.get("VERIFY_SCHEDULER") or None
+    if scheduler is None:
+        return LOCAL if dask_installed() else SERIAL
+    if scheduler != SERIAL:
+        if scheduler != LOCAL and not ADDRESS.match(scheduler):
+            raise InputError(f"--scheduler must be serial, local, or a Dask scheduler address like "
+                             f"tcp://host:8786; got {scheduler!r}")
+        if not dask_installed():
+            raise InputError(f"--scheduler {scheduler} needs Dask: pip install 'verify[dask]' "
+                             f"(or use --scheduler serial)")
+    return scheduler
+
+
+@dataclass
+class Job:
+    """One run to decide: `api.run(problem, engine, timeout=timeout)`; `key` is its cache key."""
+
+    problem: Problem
+    engine: str = "auto"
+    timeout: Optional[float] = None
+    key: Optional[dict] = None
+
+
+class Cluster:
+    """A context manager: `resolve(scheduler)`, started when a first task is submitted (a sweep whose
+    verdicts are all cached starts nothing) and shut down on exit (a local cluster is stopped; a
+    connection to an existing one is closed, its workers left running)."""
+
+    def __init__(self, scheduler: Optional[str] = None, workers: Optional[int] = None):
+        self.scheduler = resolve(scheduler)
+        self.workers = workers or min(2, os.cpu_count() or 1)
+        self.client = None
+        self._local = None
+        self.started = False
+
+    @property
+    def serial(self) -> bool:
+        return self.scheduler == SERIAL
+
+    def describe(self) -> str:
+        if self.serial:
+            return "serial (this process)"
+        where = (f"Dask LocalCluster ({self.workers} single-threaded worker processes)" if self.scheduler == LOCAL
+                 else f"Dask scheduler {self.scheduler}")
+        return where if self.started else f"{where}, not started: nothing to run"
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def _client(self):
+        if self.client is not None:
+            return self.client
+        self.started = True
+        import dask
+        from distributed import Client, LocalCluster
+        if self.scheduler == LOCAL:
+            # the workers start with SIGINT ignored (and keep it): a terminal's Ctrl-C goes to the whole
+            # process group, and only this process should act on it, by cancelling their runs
+            main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+            try:
+                with dask.config.set(QUIET_WORKERS):
+                    self._local = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                               dashboard_address=None, silence_logs=logging.CRITICAL,
+                                               scheduler_kwargs={"dashboard_address": ":0"})  # any free port
+            except (RuntimeError, OSError) as exc:
+                raise InputError(f"cannot start a Dask LocalCluster ({exc}); use --scheduler serial") from None
+            finally:
+                if main:
+                    signal.signal(signal.SIGINT, previous)
+            self.client = Client(self._local)
+        else:
+            try:
+                self.client = Client(self.scheduler, timeout=10)
+            except OSError as exc:
+                raise InputError(f"--scheduler {self.scheduler}: cannot connect ({exc})") from None
+        return self.client
+
+    def __exit__(self, *exc) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self._local is not None:
+            self._local.close()
+        self.client = self._local = None
+
+    def map(self, fn: Callable, items: list[tuple]) -> Iterator[tuple[int, Any]]:
+        """fn(*args) for each tuple of args, yielded as (index, value) as they finish; a run that
+        raised yields its exception as the value.  In this process they run in order."""
+        if self.serial:
+            for i, args in enumerate(items):
+                try:
+                    yield i, fn(*args)
+                except (KeyboardInterrupt, MemoryError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - the caller decides what an error means
+                    yield i, exc
+            return
+        if not items:
+            return
+        from distributed import as_completed
+        client = self._client()
+        futures = {client.submit(fn, *args, pure=False): i for i, args in enumerate(items)}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], (future.exception() if future.status == "error" else future.result())
+        finally:  # an interruption, or the caller stopped early: nothing is left running for it
+            client.cancel([f for f in futures if not f.done()])
+
+    def decide(self, jobs: list[Job], cache: Optional[Cache] = None) -> Iterator[tuple[int, Result | Exception]]:
+        """Each job's result as it is reached: from the cache first, then decided (on a cluster,
+        each run on one core) and stored.  An exception a run raised is yielded, not raised."""
+        todo = []
+        for i, job in enumerate(jobs):
+            hit = cache.get(job.key) if cache is not None and job.key is not None else None
+            if hit is not None:
+                yield i, hit
+            else:
+                todo.append(i)
+        workers = None if self.serial else 1  # a worker process must not fork a pool of its own
+        items = [(jobs[i].problem, jobs[i].engine, jobs[i].timeout, workers) for i in todo]
+        for j, value in self.map(_decide, items):
+            job = jobs[todo[j]]
+            if isinstance(value, Result) and cache is not None and job.key is not None:
+                cache.put(job.key, value)  # a verdict only: an unknown is decided again next time
+            yield todo[j], value
+
+    def submit(self, fn: Callable, *args) -> "Handle":
+        return Handle(self._client().submit(fn, *args, pure=False))
+
+    def scatter(self, obj: Any) -> Any:
+        """Send `obj` to the workers once; tasks then name it instead of carrying it."""
+        return self._client().scatter(obj, broadcast=True)
+
+
+def _decide(problem: Problem, engine: str, timeout: Optional[float], workers: Optional[int]) -> Result:
+    # positional: Client.submit takes keywords such as `workers` for itself
+    return run(problem, engine, timeout=timeout, workers=workers)
+
+
+class Handle:
+    """A submitted task with the interface of multiprocessing's AsyncResult (`get`)."""
+
+    def __init__(self, future):
+        self.future = future
+
+    def get(self, timeout: Optional[float] = None):
+        from distributed import TimeoutError as DaskTimeout
+        try:
+            return self.future.result(timeout=timeout)
+        except DaskTimeout:
+            raise TimeoutError from None

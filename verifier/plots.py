@@ -1,0 +1,150 @@
+"""Figures, with matplotlib (an optional extra: ``pip install -e '.[plot]'``).
+
+* `frontier_figure`: p* against log2 N for one or more sweeps (`verify sweep -o X.json`), one
+  series per construction, each with its least-squares line;
+* `attention_figure`: a counterexample's attention weights, per head, in FX beside the real
+  (float64, unquantized) weights and their difference, from a dump (`--dump DIR`).
+
+The output format follows the file name: .png or .svg.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+FORMATS = (".png", ".svg")
+ATTENTION = re.compile(r"^L(\d+)\.H(\d+)\.attn$")
+
+
+def require_matplotlib() -> None:
+    if importlib.util.find_spec("matplotlib") is None:
+        raise InputError("plots need matplotlib: pip install 'verify[plot]'")
+
+
+def check_output(path: str | Path) -> None:
+    """The figure's file name: a .png or .svg that does not exist (nothing is overwritten)."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(f"{path}: a figure is written as .png or .svg")
+    if path.exists():
+        raise InputError(f"{path} exists; refusing to overwrite it")
+    require_matplotlib()
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no display
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def series_label(frontier: dict) -> str:
+    c = frontier.get("construction") or {}
+    name = c.get("construction") or frontier["task"]
+    variant = c.get("variant")
+    return f"{name}" + (f" ({variant})" if variant else "") + f", {frontier['arithmetic'].get('f', '')}"
+
+
+def frontier_figure(frontiers: list[dict]):
+    """p* against log2 N: points, and each sweep's fitted line p* = a log2 N + c."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for i, fr in enumerate(frontiers):
+        pts = [(math.log2(r["N"]), r["p_star"]) for r in fr["rows"] if r.get("p_star") is not None]
+        color = f"C{i % 10}"
+        label = series_label(fr)
+        if pts:
+            x, y = zip(*pts)
+            ax.plot(x, y, "o", color=color, label=label)
+        fit = fr.get("fit") or {}
+        if fit.get("slope") is not None and pts:
+            xs = np.linspace(min(x), max(x), 50)
+            ax.plot(xs, fit["slope"] * xs + fit["intercept"], "--", color=color, linewidth=1,
+                    label=f"fit {fit['slope']:.2f} log2 N + {fit['intercept']:.2f}")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("log2 N")
+    ax.set_ylabel("p* (smallest p proved, and every larger p)")
+    ax.set_title("Precision frontier")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def attention_heads(document: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Head name -> (FX weights, real weights), each queries x keys, from a dump's trace."""
+    heads = {}
+    for name, v in document.get("trace", {}).items():
+        if ATTENTION.match(name) and v.get("real") is not None:
+            heads[name[:-len(".attn")]] = (np.atleast_2d(np.asarray(v["values"], dtype=float)),
+                                          np.atleast_2d(np.asarray(v["real"], dtype=float)))
+    return heads
+
+
+def attention_figure(document: dict):
+    """Per head: the FX attention weights, the real ones, and FX - real."""
+    heads = attention_heads(document)
+    if not heads:
+        raise InputError("the file has no attention weights in a trace (write one with --dump DIR)")
+    plt = _pyplot()
+    c = document["counterexample"]
+    fig, axes = plt.subplots(len(heads), 3, figsize=(10, 2.6 * len(heads) + 0.6), dpi=110, squeeze=False)
+    for row, (name, (fx, real)) in zip(axes, heads.items()):
+        keys, queries = _axis_labels(c, *fx.shape)
+        for ax, data, what, cmap, lim in ((row[0], fx, "FX", "viridis", (0, 1)), (row[1], real, "real", "viridis",
+                                          (0, 1)), (row[2], fx - real, "FX - real", "coolwarm", None)):
+            span = lim or (-max(1e-12, np.nanmax(np.abs(data))), max(1e-12, np.nanmax(np.abs(data))))
+            im = ax.imshow(data, cmap=cmap, vmin=span[0], vmax=span[1], aspect="auto")
+            ax.set_title(f"{name} {what}", fontsize=9)
+            ax.set_xticks(range(len(keys)), keys, fontsize=7)
+            ax.set_yticks(range(len(queries)), queries, fontsize=7)
+            ax.set_xlabel("key")
+            ax.set_ylabel("query position")
+            if data.size <= 64:  # small enough to read every weight
+                for (i, j), x in np.ndenumerate(data):
+                    ax.text(j, i, f"{x:.2g}", ha="center", va="center", fontsize=7,
+                            color="white" if (x - span[0]) / (span[1] - span[0]) < 0.5 else "black")
+            fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle(f"{c['input']} -> {c['expected']} expected, {c['produced']} produced ({c['reason']})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _axis_labels(cex: dict, n_queries: int, n_keys: int) -> tuple[list[str], list[str]]:
+    """Keys named by their tokens (when the input's names split into one per key); queries by
+    position (one row: the last position, the only one the readout reads)."""
+    names = cex["input"].split()
+    keys = [f"{j}:{w}" for j, w in enumerate(names)] if len(names) == n_keys else [str(j) for j in range(n_keys)]
+    first = n_keys - n_queries
+    return keys, [str(first + i) for i in range(n_queries)]
+
+
+def save(fig, path: str | Path) -> Path:
+    """Write the figure as a new file (exclusive create)."""
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower()[1:])
+    _pyplot().close(fig)
+    try:
+        with open(path, "xb") as fh:
+            fh.write(buf.getvalue())
+    except FileExistsError:
+        raise InputError(f"{path} exists; refusing to overwrite it") from None
+    return path
+
+
+def svg_text(fig) -> str:
+    """The figure as an inline SVG element (for the HTML report)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    _pyplot().close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]

@@ -1,0 +1,226 @@
+"""The HTML report: one self-contained file (no script, no link, no resource outside it) that a
+person can open or mail.
+
+It reads what the commands write: a verdict (`--json`), a counterexample dump (`--dump DIR`), or a
+sweep (`verify sweep -o X.json`), and shows the verdict with its arithmetic and provenance; for a
+sweep, the frontier figure (inline SVG, when matplotlib is installed) and its table; for a
+counterexample, its trace with the first intermediate where FX departs from the real value marked,
+and each head's attention weights, FX beside real, as heatmaps.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .dump import first_departure
+from .errors import InputError
+from .schema import read_text
+
+KINDS = ("verdict", "dump", "sweep")
+COLORS = {"proved": "#1a7f37", "refuted": "#cf222e", "unknown": "#9a6700"}
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:72em;color:#1f2328;padding:0 1em}
+h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
+.verdict{display:inline-block;color:#fff;font-weight:700;padding:.2em .7em;border-radius:.3em;font-size:1.3em}
+table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #d0d7de;padding:.15em .5em;text-align:left;
+vertical-align:top;font-size:.85em} th{background:#f6f8fa}
+.num{font-family:ui-monospace,monospace;white-space:pre}
+tr.departure td{background:#fff1e5;border-color:#d1242f}
+.heat td{width:2.6em;height:1.6em;text-align:center;font-family:ui-monospace,monospace;font-size:.75em;padding:0}
+.heats{display:flex;gap:2em;flex-wrap:wrap} .note{color:#59636e;font-size:.85em}
+"""
+
+
+def load(path: str | Path) -> tuple[str, dict]:
+    """A document the commands write, and its kind (one of KINDS)."""
+    try:
+        doc = json.loads(read_text(Path(path), "result file"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not JSON ({exc})") from None
+    if isinstance(doc, dict):
+        if "rows" in doc and "fit" in doc:
+            return "sweep", doc
+        if "counterexample" in doc and "trace" in doc:
+            return "dump", doc
+        if "verdict" in doc and "inputs" in doc:
+            return "verdict", doc
+    raise InputError(f"{path}: not a verdict (--json), a counterexample dump (--dump) or a sweep (sweep -o X.json)")
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _table(rows: list[tuple], header: Optional[tuple] = None) -> str:
+    head = "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr>" if header else ""
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def _badge(verdict: str) -> str:
+    return (f'<span class="verdict" id="verdict" style="background:{COLORS.get(verdict, "#59636e")}">'
+            f"{_e(verdict.upper())}</span>")
+
+
+def _arithmetic(a: dict) -> str:
+    keys = ["p", "f", "rounding", "overflow", "accumulate", "step", "range", "quantization_error",
+            "saturated_parameters"]
+    return _table([(_e(k), f'<span class="num">{_e(a[k])}</span>') for k in keys if k in a])
+
+
+def _heading(doc: dict, title: str) -> str:
+    c = doc.get("construction") or {}
+    task = doc.get("task") or {}
+    what = (f"{_e(c.get('construction', '?'))}" + (f" ({_e(c['variant'])})" if c.get("variant") else "")
+            + (f", {_e(c['theorem'])}" if c.get("theorem") else ""))
+    size = ", ".join(f"{_e(k)}={_e(v)}" for k, v in task.items() if k not in ("name", "inputs")) \
+        if isinstance(task, dict) else _e(task)
+    task_name = task.get("name", "") if isinstance(task, dict) else task
+    out = [f"<h1>{_e(title)}</h1>", f"<p>{_badge(doc['verdict'])}" if "verdict" in doc else "<p>",
+           f" <b>{what}</b> on task <b>{_e(task_name)}</b> {size}</p>"]
+    pv = doc.get("provenance") or {}
+    if pv:
+        out.append("<h2>What was verified</h2>" + _table([(_e(k), f'<span class="num">{_e(v)}</span>')
+                                                          for k, v in pv.items()]))
+    return "".join(out)
+
+
+def _verdict_section(doc: dict) -> str:
+    inputs = doc["inputs"]
+    rows = [("engine", _e(doc["engine"])), ("inputs covered", f"{inputs['covered']:,} of {inputs['total']:,}"),
+            ("seconds", _e(doc["seconds"])), ("status", _e(doc["status"]))]
+    if doc.get("min_margin") is not None:
+        rows.append(("min margin", _e(doc["min_margin"]) + (f" at {_e(doc['tightest']['input'])}"
+                                                            if doc.get("tightest") else "")))
+    if doc.get("reason"):
+        rows.append(("unknown because", _e(doc["reason"])))
+    params = ", ".join(f"{_e(k)}={_e(v)}" for k, v in (doc.get("params") or {}).items())
+    rows.append(("parameters", params or "-"))
+    return "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Run</h2>" + _table(rows)
+
+
+def _counterexample(c: dict) -> str:
+    rows = [("input", f'<span class="num">{_e(c["input"])}</span>'), ("expected", _e(c["expected"])),
+            ("produced", _e(c["produced"])), ("reason", _e(c["reason"])), ("margin", _e(c["margin"]))]
+    if c.get("position") is not None:
+        rows.append(("first failing position", _e(c["position"])))
+    if c.get("real_produced") is not None:
+        rows.append(("the unquantized model answers", f"{_e(c['real_produced'])} (margin {_e(c['real_margin'])})"))
+    if c.get("overflow_at"):
+        rows.append(("overflow at", _e(", ".join(c["overflow_at"]))))
+    return "<h2>Counterexample</h2>" + _table(rows)
+
+
+def _fmt_row(values) -> str:
+    return " ".join(f"{x:.4g}" if isinstance(x, float) and math.isfinite(x) else str(x) for x in values)
+
+
+def _trace(trace: dict, departure: Optional[dict]) -> str:
+    rows = []
+    element = departure["element"] if departure else []
+    marked_row = element[0] if len(element) >= 2 else 0  # a vector is shown as one row
+    for name, v in trace.items():
+        fx = np.atleast_2d(np.asarray(v["values"], dtype=float))
+        real = None if v.get("real") is None else np.atleast_2d(np.asarray(v["real"], dtype=float))
+        hit = departure is not None and departure["name"] == name
+        for i, r in enumerate(fx):
+            attrs = ' class="departure" id="first-departure"' if hit and i == marked_row \
+                else (' class="departure"' if hit else "")
+            real_row = "-" if real is None else _fmt_row(real[i].tolist())
+            rows.append(f"<tr{attrs}><td>{_e(name)}{f' [{i}]' if len(fx) > 1 else ''}</td>"
+                        f'<td class="num">{_e(_fmt_row(r.tolist()))}</td><td class="num">{_e(real_row)}</td></tr>')
+    head = "<tr><th>intermediate</th><th>FX value</th><th>real (float64, unquantized)</th></tr>"
+    where = ("<p>First departure (FX more than one step 2<sup>-f</sup> from the real value): "
+             f"<b>{_e(departure['name'])}</b> element {_e(departure['element'])}: FX {_e(departure['fx'])}, "
+             f"real {_e(departure['real'])}, {_e(round(departure['gap_steps'] or 0, 2))} steps apart "
+             f'(<a href="#first-departure">marked below</a>).</p>' if departure else
+             "<p>FX stays within one step of the real value at every intermediate.</p>")
+    return "<h2>Trace</h2>" + where + f"<table>{head}{''.join(rows)}</table>"
+
+
+def _heat(data: np.ndarray, title: str) -> str:
+    cells = []
+    for r in np.atleast_2d(data):
+        cells.append("<tr>" + "".join(
+            f'<td style="background:rgba(31,111,235,{min(1.0, max(0.0, float(x))):.3f});'
+            f'color:{"#fff" if x > 0.55 else "#1f2328"}" title="{x:.6g}">{x:.2f}</td>' for x in r) + "</tr>")
+    return f'<div><div class="note">{_e(title)}</div><table class="heat">{"".join(cells)}</table></div>'
+
+
+def _attention(trace: dict) -> str:
+    from .plots import attention_heads  # numpy only: no matplotlib needed for the heatmaps here
+    heads = attention_heads({"trace": trace})
+    if not heads:
+        return ""
+    parts = ["<h2>Attention weights</h2><p class='note'>rows: query positions; columns: key positions; "
+             "hover a cell for its value.</p>"]
+    for name, (fx, real) in heads.items():
+        parts.append(f"<h3>{_e(name)}</h3><div class='heats'>{_heat(fx, 'FX')}{_heat(real, 'real')}</div>")
+    return "".join(parts)
+
+
+def _weights(weights: dict) -> str:
+    if not weights:
+        return ""
+    rows = [(_e(name), _e(w["shape"]), f'<span class="num">{_e(json.dumps(w["codes"]))}</span>')
+            for name, w in weights.items()]
+    return ("<h2>Quantized weights</h2><details><summary>the codes the run used (value = code &times; "
+            "2<sup>-f</sup>)</summary>" + _table(rows, ("weight", "shape", "codes")) + "</details>")
+
+
+def _frontier_figure(doc: dict) -> str:
+    try:
+        from .plots import frontier_figure, require_matplotlib, svg_text
+        require_matplotlib()
+    except InputError:
+        return "<p class='note'>(install matplotlib, verify[plot], for the figure)</p>"
+    return f"<div>{svg_text(frontier_figure([doc]))}</div>"
+
+
+def _sweep(doc: dict) -> str:
+    rows = []
+    for r in doc["rows"]:
+        verdicts = " ".join(f"{p}{v[0].upper()}" for p, v in r["verdicts"].items())
+        rows.append((_e(r["N"]), f"{math.log2(r['N']):.2f}", _e(r["p_star"] if r["p_star"] is not None else "-"),
+                     f'<span class="num">{_e(r.get("ruled_out_by") or "-")}</span> {_e(r.get("ruled_out_reason") or "")}',
+                     f'<span class="num">{_e(verdicts)}</span>'))
+    fit = doc.get("fit") or {}
+    fit_text = (f"<p>Fit: p* = {fit['slope']:.3f} log<sub>2</sub> N + {fit['intercept']:.3f}</p>"
+                if fit.get("slope") is not None else "")
+    partial = f"<p><b>PARTIAL:</b> {_e(doc['partial'])}</p>" if doc.get("partial") else ""
+    return ("<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Frontier</h2>" + _frontier_figure(doc)
+            + _table(rows, ("N", "log2 N", "p*", "ruled out at p*-1 by", "verdicts by p")) + fit_text + partial
+            + (f"<p class='note'>ran on {_e(doc['ran_on'])}</p>" if doc.get("ran_on") else ""))
+
+
+def render(kind: str, doc: dict, source: str = "") -> str:
+    """The report of a document of `kind` as one HTML page."""
+    if kind == "sweep":
+        title = f"Precision frontier: {doc['task']}"
+        body = _heading({**doc, "task": {"name": doc["task"]}}, title) + _sweep(doc)
+    else:
+        title = f"verify: {doc['verdict']} on {doc['task'].get('name', '')}"
+        body = _heading(doc, title)
+        if kind == "verdict":
+            body += _verdict_section(doc)
+            cexs = doc.get("counterexamples") or []
+            if cexs:
+                body += _counterexample(cexs[0])
+            if doc.get("trace"):
+                f = doc["arithmetic"]["f"]
+                body += _trace(doc["trace"], first_departure(doc["trace"], f)) + _attention(doc["trace"])
+        else:
+            body += "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"])
+            body += f"<p>engine {_e(doc.get('engine', '?'))}</p>" + _counterexample(doc["counterexample"])
+            body += _trace(doc["trace"], doc.get("first_departure")) + _attention(doc["trace"])
+            body += _weights(doc.get("quantized_weights") or {})
+    foot = f"<p class='note'>made by verify from {_e(source)}</p>" if source else ""
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<style>{CSS}</style></head><body>{body}{foot}</body></html>")
+
