@@ -181,7 +181,8 @@ def test_progress_ticks_from_each_engine():
 
 
 def test_progress_line_has_an_estimate_for_enumeration_and_the_case_for_symbolic_engines():
-    assert line(Tick(5_000, 20_000), 2.5) == "[#######                       ] 5,000/20,000 inputs, 2,000/s, about 8 s left"
+    assert line(Tick(5_000, 20_000), 2.5) == \
+        "[#######                       ] 5,000/20,000 inputs, 2,000/s, about 8 s left"
     assert line(Tick(20_000, 20_000), 2.5).endswith("inputs, 8,000/s")
     text = line(Tick(300, 1000, 12, 528, "length 7, query 3"), 4)
     assert text.endswith("300/1,000 inputs; case 12/528 (length 7, query 3)")

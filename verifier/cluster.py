@@ -4,8 +4,9 @@ so they run as Dask tasks, each on one core; the verdicts do not depend on where
 
 Dask is an optional extra (``pip install -e '.[dask]'``).  The default scheduler is a local cluster
 with one single-threaded worker process per core when Dask is installed, and this process when it
-is not; the environment variable VERIFY_SCHEDULER sets another default.  With ``--scheduler ADDRESS`` the workers of an existing cluster must have this same
-verifier installed.  The process that submits the runs alone reads and writes the verdict cache.
+is not; the environment variable VERIFY_SCHEDULER sets another default.  With ``--scheduler
+ADDRESS`` the workers of an existing cluster must have this same verifier installed.  The process
+that submits the runs alone reads and writes the verdict cache.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .tasks import canonical
 
 FORMATS = (".png", ".svg")
 ATTENTION = re.compile(r"^L(\d+)\.H(\d+)\.attn$")
@@ -47,32 +48,35 @@ def _pyplot():
 
 
 def series_label(frontier: dict) -> str:
-    c = frontier.get("construction") or {}
-    name = c.get("construction") or frontier["task"]
-    variant = c.get("variant")
-    return f"{name}" + (f" ({variant})" if variant else "") + f", {frontier['arithmetic'].get('f', '')}"
+    """The task, and the construction when it is named otherwise (disjointness is decided by the
+    sparse-threshold construction, MQAR by nearest neighbour's)."""
+    task = canonical(frontier["task"])
+    construction = (frontier.get("construction") or {}).get("construction")
+    return task + (f" ({construction})" if construction and construction != task else "")
 
 
 def frontier_figure(frontiers: list[dict]):
-    """p* against log2 N: points, and each sweep's fitted line p* = a log2 N + c."""
+    """p* against log2 N: each sweep's points, and its fitted line p* = a log2 N + c."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     for i, fr in enumerate(frontiers):
         pts = [(math.log2(r["N"]), r["p_star"]) for r in fr["rows"] if r.get("p_star") is not None]
+        if not pts:
+            continue
         color = f"C{i % 10}"
-        label = series_label(fr)
-        if pts:
-            x, y = zip(*pts)
-            ax.plot(x, y, "o", color=color, label=label)
         fit = fr.get("fit") or {}
-        if fit.get("slope") is not None and pts:
-            xs = np.linspace(min(x), max(x), 50)
-            ax.plot(xs, fit["slope"] * xs + fit["intercept"], "--", color=color, linewidth=1,
-                    label=f"fit {fit['slope']:.2f} log2 N + {fit['intercept']:.2f}")
+        label = series_label(fr)
+        if fit.get("slope") is not None:
+            a, c = fit["slope"], fit["intercept"]
+            label += f": p* = {a:.2f} log2 N {'-' if c < 0 else '+'} {abs(c):.2f}"
+            xs = np.linspace(min(x for x, _ in pts), max(x for x, _ in pts), 50)
+            ax.plot(xs, a * xs + c, "--", color=color, linewidth=1)
+        ax.plot(*zip(*pts), "o", color=color, label=label)
+    rules = {fr["arithmetic"].get("f") for fr in frontiers}
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("log2 N")
     ax.set_ylabel("p* (smallest p proved, and every larger p)")
-    ax.set_title("Precision frontier")
+    ax.set_title("Precision frontier" + (f" ({rules.pop()})" if len(rules) == 1 else ""))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -110,8 +114,9 @@ def attention_figure(document: dict):
             ax.set_ylabel("query position")
             if data.size <= 64:  # small enough to read every weight
                 for (i, j), x in np.ndenumerate(data):
+                    r, g, b, _ = im.cmap(im.norm(x))
                     ax.text(j, i, f"{x:.2g}", ha="center", va="center", fontsize=7,
-                            color="white" if (x - span[0]) / (span[1] - span[0]) < 0.5 else "black")
+                            color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
             fig.colorbar(im, ax=ax, fraction=0.046)
     fig.suptitle(f"{c['input']} -> {c['expected']} expected, {c['produced']} produced ({c['reason']})", fontsize=10)
     fig.tight_layout()

@@ -30,7 +30,7 @@ h1{font-size:1.5em} h2{font-size:1.2em;border-bottom:1px solid #d0d7de;padding-b
 .verdict{display:inline-block;color:#fff;font-weight:700;padding:.2em .7em;border-radius:.3em;font-size:1.3em}
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #d0d7de;padding:.15em .5em;text-align:left;
 vertical-align:top;font-size:.85em} th{background:#f6f8fa}
-.num{font-family:ui-monospace,monospace;white-space:pre}
+.num{font-family:ui-monospace,monospace;white-space:pre-wrap}
 tr.departure td{background:#fff1e5;border-color:#d1242f}
 .heat td{width:2.6em;height:1.6em;text-align:center;font-family:ui-monospace,monospace;font-size:.75em;padding:0}
 .heats{display:flex;gap:2em;flex-wrap:wrap} .note{color:#59636e;font-size:.85em}
@@ -188,7 +188,8 @@ def _sweep(doc: dict) -> str:
     for r in doc["rows"]:
         verdicts = " ".join(f"{p}{v[0].upper()}" for p, v in r["verdicts"].items())
         rows.append((_e(r["N"]), f"{math.log2(r['N']):.2f}", _e(r["p_star"] if r["p_star"] is not None else "-"),
-                     f'<span class="num">{_e(r.get("ruled_out_by") or "-")}</span> {_e(r.get("ruled_out_reason") or "")}',
+                     f'<span class="num">{_e(r.get("ruled_out_by") or "-")}</span> '
+                     f'{_e(r.get("ruled_out_reason") or "")}',
                      f'<span class="num">{_e(verdicts)}</span>'))
     fit = doc.get("fit") or {}
     fit_text = (f"<p>Fit: p* = {fit['slope']:.3f} log<sub>2</sub> N + {fit['intercept']:.3f}</p>"

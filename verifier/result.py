@@ -31,7 +31,8 @@ class Counterexample:
     def to_json(self) -> dict:
         return {"index": self.index, "tokens": self.tokens, "input": self.input, "position": self.position,
                 "expected": self.expected, "produced": self.produced, "reason": self.reason,
-                "margin": finite_or_none(self.margin), "overflow_at": self.overflow_at, "real_produced": self.real_produced,
+                "margin": finite_or_none(self.margin), "overflow_at": self.overflow_at,
+                "real_produced": self.real_produced,
                 "real_margin": finite_or_none(self.real_margin)}
 
     @classmethod
