@@ -145,7 +145,7 @@ def test_sweep_plot_and_attention_plot(capsys, tmp_path, files):
     assert code == 0 and f"wrote {png}" in err and png.read_bytes()[:4] == b"\x89PNG"
     svg = tmp_path / "two.svg"
     assert run(capsys, "plot", files["sweep"], files["sweep"], "-o", svg)[0] == 0
-    assert "fit " in svg.read_text() and "log2 N" in svg.read_text()
+    assert "index_lookup: p* = " in svg.read_text() and "Precision frontier (f = p // 2)" in svg.read_text()
     att = tmp_path / "att.svg"
     assert run(capsys, "plot", files["dump"], "-o", att)[0] == 0
     text = att.read_text()
