@@ -103,6 +103,3 @@ class Cache:
                          json.dumps(result.to_json()), time.time()))
         self.db.commit()  # at once: an interrupted sweep keeps every verdict it reached
         self.stored += 1
-
-    def close(self) -> None:
-        self.db.close()

@@ -80,6 +80,13 @@ class Cluster:
     def serial(self) -> bool:
         return self.scheduler == SERIAL
 
+    @property
+    def slots(self) -> int:
+        """How many runs go at once: the workers' threads (an existing cluster is asked)."""
+        if self.serial:
+            return 1
+        return max(1, sum(self._client().nthreads().values()))
+
     def describe(self) -> str:
         if self.serial:
             return "serial (this process)"

@@ -107,7 +107,7 @@ class Exhaustive:
         try:
             if cluster is not None:
                 shared, limit = cluster.scatter(problem), _STATE["limit"]
-                self._in_order(chunks, 2 * cluster.workers,
+                self._in_order(chunks, 2 * cluster.slots,
                                lambda a, b: cluster.submit(_check_remote, shared, limit, a, b),
                                take, opts.deadline, result)
             elif workers == 1:
