@@ -40,3 +40,11 @@ def test_auto_picks_by_size():
     small = verifier.prove("idxl", N=4, p=10)
     big = verifier.prove("idxl", N=6, p=12, sigma=64)
     assert small.engine.startswith("exhaustive") and big.engine.startswith("smt")
+
+
+def test_solver_memory_is_a_peak_not_a_sum_over_solves():
+    import resource
+    r = verifier.prove("idxl", N=8, p=12, sigma=64, eta=1.0, engine="smt")
+    assert r.engine_stats["decided_by_solver"] > 1
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert 0 < r.engine_stats["max memory"] <= peak_mb  # z3's memory is part of this process's

@@ -23,7 +23,8 @@ from ..errors import InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
-STAT_KEYS = ("conflicts", "decisions", "propagations", "max memory", "sat conflicts", "sat decisions")
+STAT_KEYS = ("conflicts", "decisions", "propagations", "sat conflicts", "sat decisions")  # summed over solves
+PEAKS = ("max memory",)  # z3's peak memory in MB: the largest over the solves
 
 
 def fresh_context() -> None:
@@ -152,7 +153,9 @@ class Smt:
             answer = solver.check()
             st = solver.statistics()
             for key in st.keys():
-                if key in STAT_KEYS:
+                if key in PEAKS:  # a peak over the run, not a sum over its solver calls
+                    totals[key] = max(totals.get(key, 0), st.get_key_value(key))
+                elif key in STAT_KEYS:
                     totals[key] = totals.get(key, 0) + st.get_key_value(key)
             if answer == z3.unsat:
                 return found, "unsat"
