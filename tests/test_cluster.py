@@ -159,7 +159,7 @@ def test_enumeration_split_over_a_cluster_matches_this_process(local, kw):
     problem = verifier.build_problem("idxl", N=14, **kw)
     here = verifier.run(problem, "exhaustive", workers=1, start=start, max_counterexamples=n)
     there = verifier.run(problem, "exhaustive", start=start, max_counterexamples=n, cluster=local)
-    assert "LocalCluster" in there.engine_stats["workers"] and there.engine_stats["chunks"] >= 3
+    assert "LocalCluster" in there.engine_stats["cluster"] and there.engine_stats["chunks"] >= 3
     assert (there.verdict, there.covered, there.min_margin, there.tightest) == \
         (here.verdict, here.covered, here.min_margin, here.tightest)
     assert [c.index for c in there.counterexamples] == [c.index for c in here.counterexamples]

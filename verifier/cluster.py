@@ -17,13 +17,13 @@ import os
 import re
 import signal
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from .api import run
-from .cache import Cache
+from .cache import Cache, run_key
 from .engines import Problem
-from .errors import InputError
+from .errors import InputError, InternalError
 from .result import Result
 
 SERIAL, LOCAL = "serial", "local"
@@ -56,12 +56,14 @@ def resolve(scheduler: Optional[str]) -> str:
 
 @dataclass
 class Job:
-    """One run to decide: `api.run(problem, engine, timeout=timeout)`; `key` is its cache key."""
+    """One run to decide: `api.run(build(), engine, timeout=timeout)`.  The problem is built only
+    when the run is about to go (a sweep's models are not all held, or all sent, at once); `files`
+    are the paths its task's options name, for the cache key."""
 
-    problem: Problem
+    build: Callable[[], Problem]
     engine: str = "auto"
     timeout: Optional[float] = None
-    key: Optional[dict] = None
+    files: dict = field(default_factory=dict)
 
 
 class Cluster:
@@ -133,11 +135,12 @@ class Cluster:
             self._local.close()
         self.client = self._local = None
 
-    def map(self, fn: Callable, items: list[tuple]) -> Iterator[tuple[int, Any]]:
-        """fn(*args) for each tuple of args, yielded as (index, value) as they finish; a run that
-        raised yields its exception as the value.  In this process they run in order."""
+    def map(self, fn: Callable, items: Iterable[tuple[int, tuple]]) -> Iterator[tuple[int, Any]]:
+        """fn(*args) for each (index, args), yielded as (index, value) as they finish; a run that
+        raised yields its exception as the value.  In this process they run in order; on a cluster
+        at most two per worker thread are submitted at a time, and `items` is read as they go."""
         if self.serial:
-            for i, args in enumerate(items):
+            for i, args in items:
                 try:
                     yield i, fn(*args)
                 except (KeyboardInterrupt, MemoryError):
@@ -145,34 +148,61 @@ class Cluster:
                 except Exception as exc:  # noqa: BLE001 - the caller decides what an error means
                     yield i, exc
             return
-        if not items:
-            return
         from distributed import as_completed
+        items = iter(items)
+        first = next(items, None)
+        if first is None:  # nothing to run: the cluster is not started
+            return
         client = self._client()
-        futures = {client.submit(fn, *args, pure=False): i for i, args in enumerate(items)}
+        futures: dict = {}
+        running = as_completed()
+
+        def submit(item: Optional[tuple[int, tuple]]) -> None:
+            if item is not None:
+                future = client.submit(fn, *item[1], pure=False)
+                futures[future] = item[0]
+                running.add(future)
+
+        submit(first)
+        for _ in range(2 * self.slots - 1):
+            submit(next(items, None))
         try:
-            for future in as_completed(futures):
-                yield futures[future], (future.exception() if future.status == "error" else future.result())
+            for future in running:
+                value = future.exception() if future.status == "error" else future.result()
+                yield futures.pop(future), value
+                submit(next(items, None))
         finally:  # an interruption, or the caller stopped early: nothing is left running for it
-            client.cancel([f for f in futures if not f.done()])
+            client.cancel(list(futures))
 
     def decide(self, jobs: list[Job], cache: Optional[Cache] = None) -> Iterator[tuple[int, Result | Exception]]:
-        """Each job's result as it is reached: from the cache first, then decided (on a cluster,
-        each run on one core) and stored.  An exception a run raised is yielded, not raised."""
-        todo = []
-        for i, job in enumerate(jobs):
-            hit = cache.get(job.key) if cache is not None and job.key is not None else None
-            if hit is not None:
-                yield i, hit
-            else:
-                todo.append(i)
+        """Each job's result as it is reached: from the cache when it is there, else decided (on a
+        cluster, each run on one core) and stored.  An exception that building or deciding a run
+        raised is yielded, not raised."""
         workers = None if self.serial else 1  # a worker process must not fork a pool of its own
-        items = [(jobs[i].problem, jobs[i].engine, jobs[i].timeout, workers) for i in todo]
-        for j, value in self.map(_decide, items):
-            job = jobs[todo[j]]
-            if isinstance(value, Result) and cache is not None and job.key is not None:
-                cache.put(job.key, value)  # a verdict only: an unknown is decided again next time
-            yield todo[j], value
+        keys: dict[int, dict] = {}
+        ready: list[tuple[int, Result | Exception]] = []  # cache hits and build errors, met on the way
+
+        def runs() -> Iterator[tuple[int, tuple]]:
+            for i, job in enumerate(jobs):
+                try:
+                    problem = job.build()
+                except (InputError, InternalError) as exc:
+                    ready.append((i, exc))
+                    continue
+                if cache is not None:
+                    keys[i] = run_key(problem, job.engine, files=job.files)
+                    hit = cache.get(keys[i])
+                    if hit is not None:
+                        ready.append((i, hit))
+                        continue
+                yield i, (problem, job.engine, job.timeout, workers)
+
+        for i, value in self.map(_decide, runs()):
+            yield from _drain(ready)
+            if isinstance(value, Result) and i in keys:
+                cache.put(keys[i], value)  # a verdict only: an unknown is decided again next time
+            yield i, value
+        yield from _drain(ready)
 
     def submit(self, fn: Callable, *args) -> "Handle":
         return Handle(self._client().submit(fn, *args, pure=False))
@@ -180,6 +210,11 @@ class Cluster:
     def scatter(self, obj: Any) -> Any:
         """Send `obj` to the workers once; tasks then name it instead of carrying it."""
         return self._client().scatter(obj, broadcast=True)
+
+
+def _drain(ready: list) -> Iterator:
+    while ready:
+        yield ready.pop(0)
 
 
 def _decide(problem: Problem, engine: str, timeout: Optional[float], workers: Optional[int]) -> Result:

@@ -115,8 +115,8 @@ class Result:
         lines.append(f"  inputs      {count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
                      + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
                      + f") by engine {self.engine}"
-                     + (f" on {self.engine_stats['workers']}" if isinstance(self.engine_stats.get("workers"), str)
-                        else "") + f" in {self.seconds:.2f} s")
+                     + (f" on {self.engine_stats['cluster']}" if "cluster" in self.engine_stats else "")
+                     + f" in {self.seconds:.2f} s")
         if self.cached:
             lines.append("  cache       read from the verdict cache: decided earlier by this same code, on these "
                          "weights, task, arithmetic and engine")

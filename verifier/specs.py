@@ -19,13 +19,14 @@ A spec file holds one obligation as top-level keys:
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from .api import build_problem
-from .cache import Cache, option_files, run_key
+from .cache import Cache, option_files
 from .cluster import Cluster, Job
 from .arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
 from .constructions import CONSTRUCTIONS
@@ -162,6 +163,10 @@ def load_specs(paths: list[str | Path]) -> list[Spec]:
     return [load_spec(f) for f in files]
 
 
+def _build(spec: Spec):
+    return build_problem(spec.task, model=load_model(spec.model) if spec.model else None, **spec.problem)
+
+
 def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str] = None,
           progress=None, scheduler: Optional[str] = None, cache: Optional[Cache] = None) -> Checked:
     """Run each spec of the profile; an InputError or InternalError is an 'error' outcome.
@@ -176,16 +181,8 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
         raise InputError(f"no spec is in profile {profile!r} ({len(specs)} spec{'s' if len(specs) != 1 else ''} "
                          f"read, none selected): a check that runs nothing cannot pass")
     outcomes: dict[int, Outcome] = {}
-    jobs, job_spec = [], []
-    for i, spec in enumerate(selected):
-        try:
-            problem = build_problem(spec.task, model=load_model(spec.model) if spec.model else None, **spec.problem)
-            name = engine or spec.engine
-            key = run_key(problem, name, files=option_files(spec.task, spec.problem)) if cache is not None else None
-            jobs.append(Job(problem, name, spec.timeout, key))
-            job_spec.append(i)
-        except (InputError, InternalError) as exc:
-            outcomes[i] = Outcome(spec, "error", False, error=str(exc))
+    jobs = [Job(functools.partial(_build, spec), engine or spec.engine, spec.timeout,
+                option_files(spec.task, spec.problem)) for spec in selected]
     shown = 0
 
     def show() -> None:
@@ -198,18 +195,17 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
     done = Checked([], skipped)
     with Cluster(scheduler) as cluster:
         try:
-            show()
-            for j, value in cluster.decide(jobs, cache):
-                spec = selected[job_spec[j]]
+            for i, value in cluster.decide(jobs, cache):
+                spec = selected[i]
                 if isinstance(value, (InputError, InternalError)):
-                    outcomes[job_spec[j]] = Outcome(spec, "error", False, error=str(value))
+                    outcomes[i] = Outcome(spec, "error", False, error=str(value))
                 elif isinstance(value, Exception):
                     raise value
                 elif value.status == "interrupted":
                     raise KeyboardInterrupt
                 else:
-                    outcomes[job_spec[j]] = Outcome(spec, value.verdict, value.verdict == spec.expect, value,
-                                                    seconds=value.seconds)
+                    outcomes[i] = Outcome(spec, value.verdict, value.verdict == spec.expect, value,
+                                          seconds=value.seconds)
                 show()
         except KeyboardInterrupt:  # a verdict cut short is no outcome, even where unknown was expected
             done.interrupted = [s.name for i, s in enumerate(selected) if i not in outcomes]

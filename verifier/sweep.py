@@ -5,8 +5,8 @@ larger p of the range (so a p that proves by luck below a failing one does not c
 table also lists every verdict, and the counterexample that rules out p* - 1.  The fit is an
 ordinary least-squares line p* = a log2 N + c over the N that have a p*.
 
-Every problem of the grid is built (formats, the task's options, sizes) before the first run, so a
-bad grid fails at once, not after hours.  An interruption (Ctrl-C, SIGTERM) stops the sweep: the
+Every format of the grid, the task's options and the largest problem are checked before the first
+run, so a bad grid fails at once, not after hours; each problem is built when its run goes.  An interruption (Ctrl-C, SIGTERM) stops the sweep: the
 frontier is marked partial, and a row with a p not decided has no p*; with a verdict cache, the
 same command then resumes where it stopped.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import math
 from dataclasses import asdict, dataclass, field
@@ -24,7 +25,7 @@ from typing import Callable, Iterator, Optional, TextIO
 from . import interrupts
 from .api import build_problem
 from .arithmetic import FixedPoint
-from .cache import Cache, option_files, run_key
+from .cache import Cache, option_files
 from .cluster import Cluster, Job
 from .errors import InputError
 from .result import Result
@@ -134,12 +135,10 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
         if int_bits is not None and not 0 <= p - int_bits <= p:
             raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
+    build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     points = [(N, p) for N in Ns for p in ps]
     files = option_files(task, problem)
-    jobs = []
-    for N, p in points:  # every problem is built (options, sizes, memory checked) before any run
-        built = build_problem(task, N=N, p=p, **at(p))
-        jobs.append(Job(built, engine, timeout, run_key(built, engine, files=files) if cache is not None else None))
+    jobs = [Job(functools.partial(build_problem, task, N=N, p=p, **at(p)), engine, timeout, files) for N, p in points]
     results: dict[tuple[int, int], Result] = {}
     partial = None
     with Cluster(scheduler) as cluster:

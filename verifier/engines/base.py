@@ -38,6 +38,10 @@ class RunOptions:
     progress: Optional[Callable[["Tick"], None]] = None
     cluster: Optional[Any] = None  # a `verifier.cluster.Cluster`: exhaustive chunks run as its tasks
 
+    def whole(self, total: int) -> bool:
+        """The range is every input (what an engine that decides whole cases or lengths needs)."""
+        return (self.start, self.stop) in ((0, None), (0, total))
+
 
 @dataclass
 class Tick:

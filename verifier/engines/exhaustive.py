@@ -127,10 +127,11 @@ class Exhaustive:
                     pool.join()
         except KeyboardInterrupt:
             result.status = "interrupted"
-        result.stats = {"workers": cluster.describe() if cluster is not None else workers, "chunks": len(chunks),
-                        "chunk_size": CHUNK,
+        result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
                         "seconds": time.monotonic() - t0,
                         "layer0_logit_table": getattr(ev.tables, "logits", None) is not None}
+        if cluster is not None:
+            result.stats["cluster"] = cluster.describe()
         return result
 
     @staticmethod

@@ -32,7 +32,7 @@ class Reach:
             return "it decides recurrent models (the model is a transformer)"
         if getattr(problem.task, "dfa", None) is None:
             return f"task {problem.task.name} is not given by a DFA"
-        if (opts.start, opts.stop) not in ((0, None), (0, problem.task.total)):
+        if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the reach engine decides whole lengths"
         return None
 

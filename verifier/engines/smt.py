@@ -47,7 +47,7 @@ class Smt:
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         if not hasattr(problem.task, "cases"):
             return f"task {problem.task.name} has no case splits"
-        if (opts.start, opts.stop) not in ((0, None), (0, problem.task.total)):
+        if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the smt engine decides whole cases"
         return None
 
