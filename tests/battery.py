@@ -12,7 +12,10 @@ error one time in five).  `decide_all` then requires, with zero tolerance:
   that takes more than SOLVE_SECONDS is counted as unknown, never as agreement);
 * the integer theory, given a few seconds, agrees wherever it decides (it may answer unknown on
   non-linear formulas, which is counted, never a disagreement);
-* `verifier.run` with the SMT engine (replay and sample check included) gives enumeration's verdict.
+* `verifier.run` with the SMT engine (replay and sample check included) gives enumeration's verdict;
+* the bounds engine, on the one-layer models it supports, finds a failure exactly when enumeration
+  does, only failing inputs, in the first case that has one; and `verifier.run` with it gives
+  enumeration's verdict.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from verifier.budget import Deadline
 from verifier.constructions.index_lookup import build as build_idxl
 from verifier.encoding import encode
 from verifier.engines import Problem, RunOptions
+from verifier.engines.bounds import Bounds
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.smt import Smt
 from verifier.engines.reach import Reach
@@ -172,6 +176,7 @@ def decide_all(problem: Problem, int_seconds: float = 1.0, through_api: bool = T
         assert bool(found) == bool(in_case), (case.name, found, in_case)
         assert all(tuple(t) in failing for t in found), (case.name, found)
     verdict = "refuted" if failing else "proved"
+    bounds_status = _bounds_agree(problem, failing)
     by_int = Smt("int").run(problem, RunOptions(deadline=Deadline(int_seconds)))  # decoded models are re-checked
     int_status = "unknown" if by_int.status != "complete" and not by_int.found else "agree"
     if int_status == "agree":
@@ -179,4 +184,25 @@ def decide_all(problem: Problem, int_seconds: float = 1.0, through_api: bool = T
         assert all(tuple(int(t) for t in f.tokens) in failing for f in by_int.found)
     if through_api and bv_status == "agree":
         assert verifier.run(problem, "smt").verdict == verdict, "verifier.run disagrees"
-    return {"verdict": verdict, "bv": bv_status, "int": int_status}
+    if through_api and bounds_status == "agree":
+        assert verifier.run(problem, "bounds").verdict == verdict, "verifier.run with the bounds engine disagrees"
+    return {"verdict": verdict, "bv": bv_status, "int": int_status, "bounds": bounds_status}
+
+
+def _bounds_agree(problem: Problem, failing: set) -> str:
+    """The bounds engine, where it runs, finds a failure exactly when enumeration does, only inputs
+    that fail, and in the first case that has one (with the cases before it covered)."""
+    bounds = Bounds()
+    if bounds.unsupported(problem, RunOptions()) is not None:
+        return "n/a"
+    got = bounds.run(problem, RunOptions(max_counterexamples=3))
+    assert got.status == "complete", got.stats
+    assert bool(got.found) == bool(failing), "the bounds engine disagrees"
+    assert all(tuple(int(t) for t in f.tokens) in failing for f in got.found), "the bounds engine reports a success"
+    if failing:
+        task = problem.task
+        cases = list(task.cases())
+        first = next(c for c in cases if any(len(t) == c.length and all(x in d for x, d in zip(t, c.domains))
+                                             for t in failing))
+        assert got.covered == sum(c.count for c in cases[:cases.index(first)])
+    return "agree"

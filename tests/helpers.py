@@ -99,7 +99,8 @@ class RandomLookupTask:
         per = self.V ** (self.L - 1)
         for last in range(self.V):  # the enumeration's last digit varies fastest: cases interleave
             doms = [np.arange(self.V)] * (self.L - 1) + [np.array([last])]
-            yield self._Case(f"last={last}", doms, lambda S, F=self.F[doms[self.key]]: S.lookup(self.key, F), 0, per)
+            yield self._Case(f"last={last}", doms, lambda S, F=self.F[doms[self.key]]: S.lookup(self.key, F), 0, per,
+                             answer_at=(self.key, self.F))
 
     def decode(self, index):
         return next(self.batches(index, index + 1, 1)).tokens[0]

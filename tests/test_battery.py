@@ -40,7 +40,7 @@ def test_full_battery():
     counts = Counter()
     for r in results.values():
         if isinstance(r, dict):
-            counts.update({r["verdict"]: 1, f"bv {r['bv']}": 1, f"int {r['int']}": 1})
+            counts.update({r["verdict"]: 1, f"bv {r['bv']}": 1, f"int {r['int']}": 1, f"bounds {r['bounds']}": 1})
     print(f"\nbattery: {len(results)} models in {time.monotonic() - t0:.0f} s on {os.cpu_count()} cores; "
           f"{dict(sorted(counts.items()))}; {len(failures)} disagreements")
     assert not failures, sorted(failures.items())[:10]

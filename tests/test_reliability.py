@@ -152,11 +152,13 @@ def test_a_wrong_symbolic_proof_is_caught_by_the_sample_check(monkeypatch):
         verifier.run(problem, "smt")
 
 
-def test_symbolic_proofs_report_their_sample_check():
-    result = verifier.prove("idxl", N=8, p=12, sigma=64)
+@pytest.mark.parametrize("engine", ["smt", "bounds"])
+def test_symbolic_proofs_report_their_sample_check(engine):
+    result = verifier.prove("idxl", N=8, p=12, sigma=64, engine=engine)
     check = result.engine_stats["sample_check"]
-    assert result.verdict == "proved" and result.engine.startswith("smt")
-    assert check["cases"] == 36 and check["inputs"] >= 36 * 8 and "sampled inputs" in result.summary()
+    assert result.verdict == "proved" and result.engine == engine
+    assert check["cases"] == check["of_cases"] == 36 and check["inputs"] >= 36 * 8
+    assert "sampled inputs" in result.summary()
     assert "sample_check" not in verifier.prove("idxl", N=4, p=12).engine_stats  # enumeration checks itself
 
 

@@ -4,6 +4,7 @@ built ones proved, timeouts, and the automatic choice.  Random models: tests/tes
 import pytest
 
 import verifier
+from verifier.engines import RunOptions, auto
 from verifier.tasks import IndexLookup
 
 
@@ -36,10 +37,17 @@ def test_timeout_names_the_unfinished_case():
     assert result.verdict == "unknown" and result.engine_stats["unfinished_case"]
 
 
-def test_auto_picks_by_size():
+def test_auto_picks_by_a_cost_model_and_says_why():
     small = verifier.prove("idxl", N=4, p=10)
+    assert small.engine == "exhaustive (auto)" and "would take about" in small.engine_stats["auto"]
     big = verifier.prove("idxl", N=6, p=12, sigma=64)
-    assert small.engine.startswith("exhaustive") and big.engine.startswith("smt")
+    assert big.engine == "bounds (auto)" and "which position holds the answer" in big.engine_stats["auto"]
+    assert "chosen by auto" in big.summary()
+    # no answer position and 2^64 inputs: the SMT engine; a small space of a large model: enumeration
+    engine, why = auto(verifier.build_problem("equality", N=64, p=12), RunOptions())
+    assert engine.name == "smt" and "out of reach" in why or "would take" in why
+    engine, _ = auto(verifier.build_problem("mqar", N=8, p=12), RunOptions())
+    assert engine.name == "exhaustive"
 
 
 def test_solver_memory_is_a_peak_not_a_sum_over_solves():

@@ -102,7 +102,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     check_workers(workers)
     deadline = deadline if deadline is not None else Deadline(timeout)
     opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster)
-    chosen = choose(engine, problem, opts)
+    chosen, why = choose(engine, problem, opts)
     t0 = time.monotonic()
     er = chosen.run(problem, opts)
     whole = (start, stop) == (0, total)
@@ -122,6 +122,8 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     verdict = "refuted" if cexs else "proved" if status == "complete" else "unknown"
     reason = "" if verdict != "unknown" else _unknown_reason(status, er, deadline, start, stop, total, chosen.name)
     stats = dict(er.stats)
+    if why is not None:
+        stats["auto"] = why
     if audit is not None:
         stats["sample_check"] = audit.to_json()
     construction, params, provenance = describe_problem(problem)

@@ -117,24 +117,32 @@ class Result:
                      + f") by engine {self.engine}"
                      + (f" on {self.engine_stats['cluster']}" if "cluster" in self.engine_stats else "")
                      + f" in {self.seconds:.2f} s")
+        if "auto" in self.engine_stats:
+            lines.append(f"  engine      chosen by auto: {self.engine_stats['auto']}")
         if self.cached:
             lines.append("  cache       read from the verdict cache: decided earlier by this same code, on these "
                          "weights, task, arithmetic and engine")
         st = self.engine_stats
-        if "cases" in st:
+        if "decided_by_solver" in st:
             lines.append(f"  cases       {st['cases']} case splits: {st['decided_by_evaluation']} decided by partial "
                          f"evaluation, {st['decided_by_solver']} by {st['solver']} ({st['theory']}) in "
                          f"{st['solver_seconds']:.2f} s")
+        if "boxes" in st:
+            margin = st["certified_margin"]
+            lines.append(f"  bounds      {st['cases']:,} case splits: {st['boxes']:,} boxes bounded, branching depth "
+                         f"<= {st['max_depth']}, {st['leaves']:,} boxes ({st['leaf_inputs']:,} inputs) enumerated"
+                         + (f"; every margin >= {margin:g} (certified)" if margin is not None else ""))
         if "reachable_pairs" in st:
             closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"
                       if st["every_length"] else f"explored to length {st['lengths_explored']}")
             lines.append(f"  reach       {st['reachable_pairs']} reachable (model state, DFA state) pairs, {closed}")
         if "sample_check" in st:
             sc = st["sample_check"]
-            n = sc["cases"]
+            n, of = sc["cases"], sc.get("of_cases", sc["cases"])
+            which = (f"{n:,} of the {of:,} cases, drawn at random" if n < of else
+                     f"{'the' if n == 1 else 'all'} {n:,} case{'' if n == 1 else 's'}")
             lines.append(f"  checked     the proof on {sc['inputs']:,} sampled inputs (corners and random members of "
-                         f"{'the' if n == 1 else 'all'} {n:,} case{'' if n == 1 else 's'}) on the evaluator in "
-                         f"{sc['seconds']:.2f} s: no failure")
+                         f"{which}) on the evaluator in {sc['seconds']:.2f} s: no failure")
         if self.min_margin is not None:
             where = f" at {self.tightest['input']}" if self.tightest else ""
             lines.append(f"  min margin  {self.min_margin:g}{where}")
@@ -151,7 +159,10 @@ class Result:
 
 def count_text(n: int) -> str:
     """An input count: with thousands separators, or in scientific notation from 10^12 on."""
-    return f"{n:,}" if n < 10 ** 12 else f"{n:.3g}"
+    if n < 10 ** 12:
+        return f"{n:,}"
+    digits = str(n)  # exact for counts beyond float64 (sigma^N)
+    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1:02d}"
 
 
 def finite_or_none(x):

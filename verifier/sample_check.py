@@ -1,6 +1,9 @@
 """The sample check: a PROVED from a symbolic engine is never taken on trust alone.
 
-Before `verifier.api` returns a symbolic proof, every case split of the task contributes inputs:
+Before `verifier.api` returns a symbolic proof, every case split of the task contributes inputs
+(when that would cost more than `CHECK_WORK`, as for index lookup at N = 1024 with its 524,800
+cases and width 2054, the first case, the last, and as many cases drawn at random as the work
+allows, at least `MIN_CASES`):
 the corners of the case's box of token domains (every position at its smallest token, at its
 largest, and the two alternations of the two), random members of the box, and inputs at random
 enumeration indices of the case (decoded by the task: members of a dataset with constraints,
@@ -27,24 +30,29 @@ import numpy as np
 
 from .budget import Deadline
 from .engines.base import Problem
-from .errors import InternalError
+from .errors import InputError, InternalError
 from .evaluator import make_evaluator
 from .tasks import Case
 
 RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
 RANDOM_TOTAL = 1024  # ... and this many of each in all, spread over the cases
 FLUSH_ROWS = 1 << 14
+CHECK_WORK = 1 << 27  # sampled inputs x length x model width: what the check may cost
+PER_CASE = 4 + 2 * RANDOM_PER_CASE  # the fewest inputs a case contributes
+MIN_CASES = 16  # cases sampled however large the model
 
 
 @dataclass
 class SampleCheck:
     inputs: int  # inputs of the task evaluated
-    cases: int
+    cases: int  # the cases they were drawn from
+    of_cases: int  # the task's cases
     seed: int
     seconds: float
 
     def to_json(self) -> dict:
-        return {"inputs": self.inputs, "cases": self.cases, "seed": self.seed, "seconds": round(self.seconds, 3)}
+        return {"inputs": self.inputs, "cases": self.cases, "of_cases": self.of_cases, "seed": self.seed,
+                "seconds": round(self.seconds, 3)}
 
 
 def case_sample(case: Case, rng: np.random.Generator, n_random: int) -> np.ndarray:
@@ -69,12 +77,17 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
     """Evaluate a sample of every case on the batched evaluator; InternalError at the first failure."""
     t0 = time.monotonic()
     task = problem.task
-    ev = make_evaluator(problem.model, problem.arith)
+    try:
+        ev = make_evaluator(problem.model, problem.arith)
+    except InputError:  # layer-0 tables too large to hold: the generic path
+        ev = make_evaluator(problem.model, problem.arith, tables=False)
     rng, pick = np.random.default_rng(seed), random.Random(seed)  # `pick` draws indices beyond int64
     pending: dict[int, list[tuple[str, np.ndarray]]] = {}
     checked = 0
     n_cases = sum(1 for _ in task.cases())
-    n_random = max(RANDOM_PER_CASE, RANDOM_TOTAL // max(n_cases, 1))
+    budget = max(MIN_CASES * PER_CASE, CHECK_WORK // (task.max_len * getattr(problem.model, "d", 1)))
+    chosen = _chosen_cases(n_cases, budget, pick)
+    n_random = max(RANDOM_PER_CASE, min(RANDOM_TOTAL, budget // (2 * len(chosen))))
 
     def flush(length: int) -> None:
         nonlocal checked
@@ -98,7 +111,9 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
                     f"{task.answer_name(int(judged.produced[j]))} ({judged.reason[j]}); no verdict can be given")
             checked += len(rows)
 
-    for case in task.cases():
+    for ci, case in enumerate(task.cases()):
+        if ci not in chosen:
+            continue
         indexed = [task.decode(case.offset + pick.randrange(case.count)) for _ in range(n_random)]
         rows = np.concatenate([case_sample(case, rng, n_random), np.array(indexed, dtype=np.int64)])
         pending.setdefault(case.length, []).append((case.name, rows))
@@ -106,4 +121,13 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
             flush(case.length)
     for length in list(pending):
         flush(length)
-    return SampleCheck(checked, n_cases, seed, time.monotonic() - t0)
+    return SampleCheck(checked, len(chosen), n_cases, seed, time.monotonic() - t0)
+
+
+def _chosen_cases(n_cases: int, budget: int, pick: random.Random) -> set[int]:
+    """Every case, or when `budget` inputs cannot sample them all, the first, the last, and cases
+    drawn at random, as many as the budget allows."""
+    most = max(MIN_CASES, budget // PER_CASE)
+    if n_cases <= most:
+        return set(range(n_cases))
+    return {0, n_cases - 1} | set(pick.sample(range(n_cases), most - 2))

@@ -3,11 +3,41 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Callable, Iterator, Optional, Protocol
 
 import numpy as np
 
 from ..errors import InputError
+
+
+class Domains(Sequence):
+    """Per-position token domains as a shared list for positions 0..L-2 and the last position's
+    domain: cases that differ only in their last position (index lookup's queries) share the
+    list instead of copying it, and an engine that batches them sees the sharing by identity."""
+
+    __slots__ = ("prefix", "last")
+
+    def __init__(self, prefix: list, last: np.ndarray):
+        self.prefix, self.last = prefix, last
+
+    def __len__(self) -> int:
+        return len(self.prefix) + 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self.prefix)
+        i = i + n + 1 if i < 0 else i
+        if i == n:
+            return self.last
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return self.prefix[i]
+
+    def __iter__(self):
+        yield from self.prefix
+        yield self.last
 
 
 @dataclass
@@ -20,6 +50,9 @@ class Case:
     condition an element of the product of the domains must meet to be an input of the task (a
     margin, distinct keys); the engines only look for failures among valid inputs.  The case's
     inputs are enumeration indices ``offset .. offset + count - 1`` (invalid ones included).
+    ``answer_at`` = (j, table), when given, says the answer is ``table[token at position j]`` (a
+    table over the vocabulary) on every input of the case: what the bounds engine needs to know
+    the answer on a box that fixes position j.
     """
 
     name: str
@@ -28,10 +61,18 @@ class Case:
     offset: int
     count: int
     valid: Optional[Callable[[Any], Any]] = None
+    answer_at: Optional[tuple[int, np.ndarray]] = None
 
     @property
     def length(self) -> int:
         return len(self.domains)
+
+
+def token_answers(vocab_size: int, first: int, count: int) -> np.ndarray:
+    """A `Case.answer_at` table: tokens first .. first + count - 1 are answers 0 .. count - 1."""
+    table = np.full(vocab_size, -1, dtype=np.int64)
+    table[first:first + count] = np.arange(count)
+    return table
 
 
 def flag(name: str) -> str:

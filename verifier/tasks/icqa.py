@@ -24,7 +24,7 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from .base import Batch, Case, TaskOption, Vocabulary
+from .base import Batch, Case, TaskOption, Vocabulary, token_answers
 from .combinatorics import arrangement_index, arrangements, distinct_rows, falling
 
 
@@ -129,9 +129,11 @@ class Icqa(Vocabulary):
         questions, answers = np.arange(self.nq), np.arange(self.na) + self.first_answer
         r = np.array([self.r])
         doms = [questions, r, answers] * k + [questions, r]
+        table = token_answers(len(self.vocab), self.first_answer, self.na)
         for c in range(k):
             yield Case(f"c={c}", doms, lambda S, c=c: S.sub(S.token(3 * c + 2), S.const(self.first_answer)),
-                       c * self._per_c, self._per_c, valid=lambda S, c=c: self._valid(S, c))
+                       c * self._per_c, self._per_c, valid=lambda S, c=c: self._valid(S, c),
+                       answer_at=(3 * c + 2, table))
 
     def _valid(self, S, c: int):
         k = self.k

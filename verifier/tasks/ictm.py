@@ -31,7 +31,7 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from .base import Batch, Case, TaskOption, Vocabulary
+from .base import Batch, Case, TaskOption, Vocabulary, token_answers
 from .combinatorics import arrangement_index, arrangements, distinct_rows, falling, template_name
 from .index_lookup import symbol_names
 from .templates import follows, parse_templates, patterns
@@ -181,11 +181,12 @@ class Ictm(Vocabulary):
         k, l = self.k, self.length
         symbols, r, answers = np.arange(self.alphabet), np.array([self.r]), np.arange(self.na) + self.first_answer
         doms = ([symbols] * l + [r, answers]) * k + [symbols] * l + [r]
+        table = token_answers(len(self.vocab), self.first_answer, self.na)
         for g, (_, pi, c, _) in enumerate(self._groups):
             name = f"templates {','.join(template_name(self.template_list[t]) for t in pi)}, c={c}"
             yield Case(name, doms, lambda S, c=c: S.sub(S.token(c * self.block + l + 1), S.const(self.first_answer)),
                        self._offsets[g], self._offsets[g + 1] - self._offsets[g],
-                       valid=lambda S, pi=pi, c=c: self._valid(S, pi, c))
+                       valid=lambda S, pi=pi, c=c: self._valid(S, pi, c), answer_at=(c * self.block + l + 1, table))
 
     def _valid(self, S, pi: tuple[int, ...], c: int):
         k, l = self.k, self.length

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from .base import Batch, Case, TaskOption, Vocabulary
+from .base import Batch, Case, Domains, TaskOption, Vocabulary, token_answers
 
 _INT64_LIMIT = 1 << 62
 
@@ -87,11 +87,13 @@ class IndexLookup(Vocabulary):
     def cases(self) -> Iterator[Case]:
         """One case per (n, p): n free symbols, the index token #p fixed; answer = s_p."""
         symbols = np.arange(self.sigma)
+        answers = token_answers(len(self.vocab), 0, self.sigma)  # the symbol ids are the class ids
         for n in range(1, self.N + 1):
+            count, prefix = self.sigma ** n, [symbols] * n
             for p in range(1, n + 1):
-                yield Case(f"n={n}, p={p}", [symbols] * n + [np.array([self.sigma + p - 1])],
-                           lambda S, j=p - 1: S.token(j),  # the symbol ids are the class ids
-                           self._offsets[n - 1] + (p - 1) * self.sigma ** n, self.sigma ** n)
+                yield Case(f"n={n}, p={p}", Domains(prefix, np.array([self.sigma + p - 1])),
+                           lambda S, j=p - 1: S.token(j), self._offsets[n - 1] + (p - 1) * count, count,
+                           answer_at=(p - 1, answers))
 
     def index_of(self, tokens) -> int:
         tokens = [int(t) for t in tokens]

@@ -1,0 +1,840 @@
+"""The bounds engine: exact interval bounds over boxes of inputs, with branching (docs/bounds-engine.md).
+
+A **box** is one input length and, per position, a set of tokens; a task's case split is a box.
+Inside a box of a one-layer model the readout at the last position is
+
+    readout(FFN(x0_q + W_O sum_j R(a_j v_j)))
+
+where the query x0_q is fixed (the engine first splits the last position into single tokens),
+logit s_j and value v_j depend on position j's token only, and every later step (saturation,
+rounding, ReLU, the exp table, a linear map split by the signs of its weights) is monotone.  So
+per-position minima and maxima of s_j and v_j, taken over the token classes of `verifier.layer0`
+(exact partial evaluation, once per model), bound every value of the box from below and above,
+exactly in the FX arithmetic: every bound is a code the evaluator could produce.  Softmax needs
+the care the issue asked for: a weight rises with its own logit and falls with the others', so
+a_j is bounded with the max taken over the *other* positions (top two) and with the rest of Z
+taken apart from e_j (docs/bounds-engine.md, "Softmax").  When every logit of a box is a single
+value the bounds are the exact values.
+
+A box is **correct** when the answer is the same on all of it (the task says which position the
+answer reads: `Case.answer_at`, and that position holds one token) and the lower bound of the
+readout margin is positive, with no saturation possible under ``overflow = error``; it **fails**
+when the upper bound of the margin is not positive (its first member is then a counterexample,
+evaluated on the evaluator).  Otherwise the engine branches: on the position the answer reads,
+then on the position whose logit bounds are widest, then on the one whose contribution is widest,
+into its single tokens.  A branch on a position whose logit does not depend on its token leaves
+every weight bound as it was, so its children are computed from the parent's sums (a table over
+the position's tokens) instead of anew.  Boxes of at most `LEAF_INPUTS` inputs are enumerated
+by the batched evaluator, so the engine is complete; it is also exact on a box of one input.
+
+Cases of one length are processed together, as (boxes x positions) arrays; nothing loops over
+inputs.  Supported: one layer (softmax or ReLU attention, any heads, residual or not, FFN or not),
+a readout at the last position, every rounding, overflow and accumulation rule.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import numpy as np
+
+from ..arithmetic import FixedPoint, exp_table
+from ..budget import TimedOut
+from ..encoding import threshold_code
+from ..errors import InputError, InternalError
+from ..evaluator import Evaluator
+from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
+from ..model import Recurrent
+from ..tasks import Case
+from .base import EngineResult, Found, Problem, RunOptions, Tick
+
+LEAF_INPUTS = 256  # a box with at most this many inputs is enumerated
+BATCH_POSITIONS = 1 << 20  # boxes x positions of one batch
+LEAF_TABLES_AFTER = 1 << 14  # leaf inputs evaluated before the evaluator's layer-0 tables are worth building
+
+
+@dataclass
+class _Head:
+    q: ClassTable
+    k: ClassTable
+    v: ClassTable
+    logits: np.ndarray  # (q classes, k classes) codes
+    logit_ovf: np.ndarray
+
+
+@dataclass
+class _Model:
+    """The quantized model as the engine reads it: layer 0 as class tables, once per run."""
+
+    ev: Evaluator  # the generic-path evaluator: the quantized weights and their sparse plans
+    heads: list[_Head]
+    pair_ovf: Optional[np.ndarray]  # overflow = error: (L_max, V) the pair saturates its embedding,
+    # key or value, or uses a saturated parameter
+    always: bool  # overflow = error and a saturated parameter that every input uses
+
+    @classmethod
+    def build(cls, ev: Evaluator) -> "_Model":
+        q, fx = ev.q, ev.arith
+        heads = []
+        for h in q.layers[0].heads:
+            tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, W) for W in (h.W_Q, h.W_K, h.W_V))
+            heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values)))
+        pair_ovf, always = None, False
+        if fx.overflow == "error":
+            pair_ovf = embedding_overflow(fx, q.E, q.P, q.P_mask)
+            for h in heads:
+                pair_ovf |= h.k.ovf[h.k.rid] | h.v.ovf[h.v.rid]
+            use = ev.saturated_use
+            if use is not None:
+                pair_ovf |= use.token[None, :] | (use.position[:, None] & q.P_mask[None, :])
+                always = bool(use.always)
+        return cls(ev, heads, pair_ovf, always)
+
+
+@dataclass
+class _Boxes:
+    """Boxes of one length L: per position a domain id (>= 0, into the batch's domains) or one
+    token t (as -1 - t); the case of each box; how many branchings made it; and, for a box whose
+    positions 0..L-2 are one of the batch's shared prefixes (the cases' own boxes), its row."""
+
+    dom: np.ndarray  # (B, L)
+    case: np.ndarray  # (B,)
+    depth: np.ndarray  # (B,)
+    prefix: np.ndarray  # (B,) -1: the box has its own positions
+
+    def __len__(self) -> int:
+        return len(self.case)
+
+    def take(self, rows: np.ndarray) -> "_Boxes":
+        return _Boxes(self.dom[rows], self.case[rows], self.depth[rows], self.prefix[rows])
+
+
+@dataclass
+class _HeadBounds:
+    """One head over a set of boxes.  Logit bounds per position (one array when they are exact);
+    the positions whose weight may be positive (the others add exactly 0), with their weight
+    and term bounds; and the heads' raw sums (before the final rounding and saturation)."""
+
+    slo: np.ndarray  # (B, L)
+    shi: np.ndarray
+    b: np.ndarray  # (K,) box, position of each entry
+    j: np.ndarray
+    alo: np.ndarray  # (K,)
+    ahi: np.ndarray
+    tlo: np.ndarray  # (K, mv) term bounds
+    thi: np.ndarray
+    raw_lo: np.ndarray  # (B, mv)
+    raw_hi: np.ndarray
+
+    @property
+    def exact(self) -> bool:
+        return self.slo is self.shi
+
+    def take(self, rows: np.ndarray, B: int) -> "_HeadBounds":
+        where = np.full(B, -1, dtype=np.int64)
+        where[rows] = np.arange(len(rows))
+        keep = np.flatnonzero(where[self.b] >= 0)
+        slo = self.slo[rows]
+        return _HeadBounds(slo, slo if self.exact else self.shi[rows], where[self.b[keep]], self.j[keep],
+                           self.alo[keep], self.ahi[keep], self.tlo[keep], self.thi[keep],
+                           self.raw_lo[rows], self.raw_hi[rows])
+
+    def at(self, j: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per box, the weight and term bounds at its position j (0 where the weight is 0)."""
+        B, mv = self.raw_lo.shape
+        hit = np.flatnonzero(self.j == j[self.b])
+        alo, ahi = np.zeros(B, np.int64), np.zeros(B, np.int64)
+        tlo, thi = np.zeros((B, mv), np.int64), np.zeros((B, mv), np.int64)
+        rows = self.b[hit]
+        alo[rows], ahi[rows], tlo[rows], thi[rows] = self.alo[hit], self.ahi[hit], self.tlo[hit], self.thi[hit]
+        return alo, ahi, tlo, thi
+
+
+@dataclass
+class _Attention:
+    heads: list[_HeadBounds]
+    ovf: np.ndarray  # (B,) a saturation is possible (overflow = error)
+
+    def take(self, rows: np.ndarray) -> "_Attention":
+        B = len(self.ovf)
+        return _Attention([h.take(rows, B) for h in self.heads], self.ovf[rows])
+
+
+@dataclass
+class _Stats:
+    boxes: int = 0
+    leaves: int = 0  # boxes enumerated on the evaluator
+    leaf_inputs: int = 0
+    max_depth: int = 0
+    certified_margin: Optional[float] = None  # the smallest lower bound of a margin that decided a box
+
+    def margin(self, m: np.ndarray) -> None:
+        if len(m):
+            low = float(m.min())
+            if self.certified_margin is None or low < self.certified_margin:
+                self.certified_margin = low
+
+
+class Bounds:
+    name = "bounds"
+    symbolic = True
+
+    def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
+        model = problem.model
+        if isinstance(model, Recurrent):
+            return "it bounds attention; a recurrent model has none"
+        if len(model.layers) != 1:
+            return f"it propagates bounds through one layer; the model has {len(model.layers)}"
+        if model.readout.positions != "last":
+            return "it bounds a readout at the last position; the model reads every position"
+        if not hasattr(problem.task, "cases"):
+            return f"task {problem.task.name} has no case splits"
+        if not opts.whole(problem.task.total):
+            return "--start/--stop select inputs by enumeration; the bounds engine decides whole cases"
+        return None
+
+    def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
+        t0 = time.monotonic()
+        task = problem.task
+        result = EngineResult("complete", 0, [])
+        stats = _Stats()
+        done = 0
+        case = None
+        try:
+            run = _Run(problem, opts, stats)
+            for batch in _batches(task.cases()):
+                opts.deadline.check()
+                case = batch[0].name
+                found = run.decide(batch)
+                if found:
+                    first = min(c for c, _ in found)
+                    result.covered += sum(c.count for c in batch[:first])
+                    done += first
+                    ordered = sorted(found, key=lambda cf: (cf[0], cf[1].index))
+                    result.found = [f for _, f in ordered][:opts.max_counterexamples]
+                    break
+                result.covered += sum(c.count for c in batch)
+                done += len(batch)
+                if opts.progress:
+                    opts.progress(Tick(result.covered, task.total, done, None, batch[-1].name))
+            case = None
+        except TimedOut:
+            result.status = "timeout"
+        except KeyboardInterrupt:
+            result.status = "interrupted"
+        result.stats = {"cases": done, "boxes": stats.boxes, "leaves": stats.leaves, "leaf_inputs": stats.leaf_inputs,
+                        "max_depth": stats.max_depth, "certified_margin": stats.certified_margin,
+                        "unfinished_case": case, "seconds": time.monotonic() - t0}
+        return result
+
+
+def _batches(cases: Iterator[Case]) -> Iterator[list[Case]]:
+    """Consecutive cases of one length, at most BATCH_POSITIONS positions a batch."""
+    batch: list[Case] = []
+    for case in cases:
+        if batch and (case.length != batch[0].length or (len(batch) + 1) * case.length > BATCH_POSITIONS):
+            yield batch
+            batch = []
+        batch.append(case)
+    if batch:
+        yield batch
+
+
+class _Run:
+    """One run: the model's tables, and the batches of boxes."""
+
+    def __init__(self, problem: Problem, opts: RunOptions, stats: _Stats):
+        self.task, self.opts, self.stats = problem.task, opts, stats
+        self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False))
+        self.fx: FixedPoint = problem.arith
+        self.q = self.m.ev.q
+        self.layer = self.q.layers[0]
+        self._leaf_ev: Optional[Evaluator] = None
+        self._rows: dict[int, tuple] = {}  # per linear map: its non-zero rows
+        self._by_domain: dict = {}
+
+    # -- one batch ----------------------------------------------------------------------------
+    def decide(self, cases: list[Case]) -> list[tuple[int, Found]]:
+        """Failures among the batch's cases, as (case index in the batch, failure)."""
+        self.cases = cases
+        L = self.L = cases[0].length
+        self.domains: list[np.ndarray] = []
+        self._cache: dict = {}
+        ids: dict[int, int] = {}
+        prefixes, prefix_of, queries = [], [], []
+        prev = None
+        for case in cases:
+            prefix = getattr(case.domains, "prefix", None)  # a shared prefix (`Domains`) is one object
+            if prefix is None:
+                prefix = case.domains[:-1]
+            if prev is None or (prefix is not prev and not _same_domains(prefix, prev)):
+                row = np.empty(L - 1, dtype=np.int64)
+                for i, d in enumerate(prefix):
+                    if len(d) == 1:
+                        row[i] = -1 - int(d[0])
+                    else:
+                        if id(d) not in ids:
+                            ids[id(d)] = len(self.domains)
+                            self.domains.append(np.asarray(d, dtype=np.int64))
+                        row[i] = ids[id(d)]
+                prefixes.append(row)
+                prev = prefix
+            prefix_of.append(len(prefixes) - 1)
+            queries.append(np.asarray(case.domains[-1], dtype=np.int64))  # the query position: one token a box
+        self.prefixes = np.stack(prefixes)
+        self.lens = np.array([len(d) for d in self.domains] + [1], dtype=np.int64)  # [-1]: a single token
+        self.filtered = np.array([c.valid is not None for c in cases])
+        self.answer_pos = self.answer_table = None
+        if all(c.answer_at is not None for c in cases):
+            self.answer_pos = np.array([c.answer_at[0] for c in cases], dtype=np.int64)
+            self.answer_table = np.stack([c.answer_at[1] for c in cases])
+        counts = np.array([len(q) for q in queries])
+        case_of = np.repeat(np.arange(len(cases)), counts)
+        prefix = np.array(prefix_of, dtype=np.int64)[case_of]
+        dom = np.concatenate([self.prefixes[prefix], -1 - np.concatenate(queries)[:, None]], axis=1)
+        boxes = _Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)
+        found: list[tuple[int, Found]] = []
+        want = self.opts.max_counterexamples
+        while len(boxes):
+            self.opts.deadline.check()
+            boxes = self._round(boxes, found)
+            if len(found) >= want:  # the cases after the want-th failing one need not be decided
+                last = sorted(c for c, _ in found)[want - 1]
+                boxes = boxes.take(np.flatnonzero(boxes.case <= last))
+        return found
+
+    def _round(self, boxes: _Boxes, found: list) -> _Boxes:
+        """Decide or split every box; the boxes left for the next round."""
+        self.stats.boxes += len(boxes)
+        self.stats.max_depth = max(self.stats.max_depth, int(boxes.depth.max(initial=0)))
+        leaf = self._sizes(boxes) <= LEAF_INPUTS
+        if leaf.any():
+            self._enumerate(boxes.take(np.flatnonzero(leaf)), found)
+            boxes = boxes.take(np.flatnonzero(~leaf))
+            if not len(boxes):
+                return boxes
+        att = self._attention(boxes)
+        lo, hi, ovf = self._head_outputs([h.raw_lo for h in att.heads], [h.raw_hi for h in att.heads])
+        status = self._judge(boxes, lo, hi, att.ovf | ovf, self._truth(boxes), found)
+        open_ = np.flatnonzero(status == 0)
+        if len(open_) < len(boxes):
+            boxes, att = boxes.take(open_), att.take(open_)
+        if not len(boxes):
+            return boxes
+        return self._split(boxes, att, self._branch_position(boxes, att), found)
+
+    # -- domains and classes ------------------------------------------------------------------
+    def _groups(self, boxes: _Boxes) -> list[tuple[np.ndarray, int]]:
+        """The boxes by shared prefix (rows, prefix row), and those with their own (rows, -1)."""
+        if len(boxes) and boxes.prefix[0] >= 0 and (boxes.prefix == boxes.prefix[0]).all():
+            return [(np.arange(len(boxes)), int(boxes.prefix[0]))]
+        order = np.argsort(boxes.prefix, kind="stable")
+        keys, starts = np.unique(boxes.prefix[order], return_index=True)
+        return [(rows, int(k)) for k, rows in zip(keys, np.split(order, starts[1:]))]
+
+    def _positions(self, boxes: _Boxes, rows: np.ndarray, p: int) -> np.ndarray:
+        """The domain ids of positions 0..L-2 of boxes `rows`: one shared row (1, L-1), or their own."""
+        return self.prefixes[p][None, :] if p >= 0 else boxes.dom[rows, :-1]
+
+    def _sizes(self, boxes: _Boxes) -> np.ndarray:
+        """Inputs per box (as float: only compared with LEAF_INPUTS)."""
+        sizes = np.empty(len(boxes))
+        with np.errstate(over="ignore"):
+            for rows, p in self._groups(boxes):
+                dom = self._positions(boxes, rows, p)
+                sizes[rows] = np.prod(self.lens[np.where(dom >= 0, dom, -1)].astype(np.float64), axis=1)
+        return sizes
+
+    def _classes(self, table: ClassTable, dom: np.ndarray, key) -> np.ndarray:
+        """(n, L-1, W) class ids of the tokens of positions 0..L-2 for domain rows (n, L-1), padded by
+        repetition.  Per domain and position, the distinct classes are found once per batch."""
+        L1 = dom.shape[1]
+        if key not in self._cache:
+            per = [self._domain_classes(table, d, key)[:L1] for d in self.domains]
+            W = max([c.shape[1] for c in per] + [1])
+            self._cache[key] = np.stack([np.pad(c, ((0, 0), (0, W - c.shape[1])), mode="edge") for c in per]) \
+                if per else np.zeros((0, L1, 1), dtype=np.int64)
+        stack = self._cache[key]
+        W = stack.shape[2]
+        single = dom < 0
+        out = np.repeat(table.rid[np.arange(L1), np.where(single, -1 - dom, 0)][..., None], W, axis=2)
+        if not single.all():
+            b, j = np.nonzero(~single)
+            out[b, j] = stack[dom[b, j], j]
+        return out
+
+    def _domain_classes(self, table: ClassTable, d: np.ndarray, key) -> np.ndarray:
+        """(L_max, W) the distinct classes of a domain's tokens at every position, once per run
+        (index lookup's symbol domain is one array for all its cases)."""
+        hit = self._by_domain.get((key, id(d)))
+        if hit is None or hit[0] is not d:
+            hit = self._by_domain[key, id(d)] = (d, _distinct_rows(table.rid[:, d]))
+        return hit[1]
+
+    def _layer0_ovf(self, boxes: _Boxes, qtok: np.ndarray) -> np.ndarray:
+        """(B,) bool: some pair of the box saturates in layer 0 (overflow = error only)."""
+        ovf = np.zeros(len(boxes), dtype=bool)
+        if self.m.pair_ovf is None:
+            return ovf
+        pair = self.m.pair_ovf[:self.L]
+        for rows, p in self._groups(boxes):
+            dom = self._positions(boxes, rows, p)
+            per = ("ovf", p)
+            if per not in self._cache:
+                anyof = np.array([pair[:-1, d].any(axis=1) for d in self.domains]).reshape(-1, self.L - 1)
+                self._cache[per] = anyof
+            single = dom < 0
+            flags = np.where(single, pair[np.arange(self.L - 1), np.where(single, -1 - dom, 0)],
+                             self._cache[per][np.maximum(dom, 0), np.arange(self.L - 1)] if len(self.domains) else False)
+            ovf[rows] = flags.any(axis=1)
+        ovf |= pair[-1, qtok]
+        for h in self.m.heads:
+            ovf |= h.q.ovf[h.q.rid[self.L - 1, qtok]]
+        return ovf
+
+    # -- bounds -------------------------------------------------------------------------------
+    def _attention(self, boxes: _Boxes) -> _Attention:
+        """Per head: logit bounds per position, the weight and term bounds of the positions whose
+        weight may be positive, and the bounds of the heads' sums."""
+        fx, L, B = self.fx, self.L, len(boxes)
+        qtok = -1 - boxes.dom[:, -1]
+        ovf = self._layer0_ovf(boxes, qtok)
+        groups = self._groups(boxes)
+        heads = []
+        for hi, h in enumerate(self.m.heads):
+            qrow = h.q.rid[L - 1, qtok]
+            slo, shi = np.empty((B, L), np.int64), np.empty((B, L), np.int64)
+            exact = True
+            for rows, p in groups:
+                kid = self._classes(h.k, self._positions(boxes, rows, p), ("k", hi))
+                n, W = len(rows), kid.shape[2]
+                if p >= 0:  # one row of key classes for all: gather whole rows of the logit table
+                    s = h.logits[qrow[rows]][:, kid.reshape(-1)].reshape(n, L - 1, W)
+                else:
+                    s = h.logits[qrow[rows][:, None, None], kid]
+                slo[rows, :-1], shi[rows, :-1] = s.min(axis=2), s.max(axis=2)
+                exact &= W == 1
+                if self.m.pair_ovf is not None:
+                    hit = h.logit_ovf[qrow[rows][:, None, None], kid] if p < 0 else \
+                        h.logit_ovf[qrow[rows]][:, kid.reshape(-1)]
+                    ovf[rows] |= hit.reshape(n, -1).any(axis=1)
+            slo[:, -1] = shi[:, -1] = h.logits[qrow, h.k.rid[L - 1, qtok]]
+            if self.m.pair_ovf is not None:
+                ovf |= h.logit_ovf[qrow, h.k.rid[L - 1, qtok]]
+            if exact:
+                shi = slo
+            if self.layer.attention == "softmax":
+                b, j, alo, ahi = _softmax_bounds(fx, slo, shi, ovf)
+            else:
+                b, j = np.nonzero(shi > 0)
+                alo, ahi = np.maximum(slo[b, j], 0), shi[b, j]
+            vlo, vhi = self._value_bounds(h, boxes, b, j, ("v", hi))
+            term_ovf = np.zeros(len(b), dtype=bool)
+            tlo, thi = _term_bounds(fx, alo[:, None], ahi[:, None], vlo, vhi, term_ovf)
+            ovf[b[term_ovf]] = True
+            mv = h.v.values.shape[1]
+            raw_lo, raw_hi = np.zeros((B, mv), np.int64), np.zeros((B, mv), np.int64)
+            np.add.at(raw_lo, b, tlo)
+            np.add.at(raw_hi, b, thi)
+            heads.append(_HeadBounds(slo, shi, b, j, alo, ahi, tlo, thi, raw_lo, raw_hi))
+        return _Attention(heads, ovf)
+
+    def _value_bounds(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray, key) -> tuple[np.ndarray, np.ndarray]:
+        """(K, mv) bounds of the value vectors at the entries (box b, position j)."""
+        mv = h.v.values.shape[1]
+        vlo, vhi = np.empty((len(b), mv), np.int64), np.empty((len(b), mv), np.int64)
+        query = j == self.L - 1
+        qv = h.v.values[h.v.rid[self.L - 1, -1 - boxes.dom[b[query], -1]]]
+        vlo[query], vhi[query] = qv, qv
+        rest = np.flatnonzero(~query)
+        for rows, p in self._groups(boxes):
+            mine = rest[np.isin(b[rest], rows)] if len(rows) < len(boxes) else rest
+            if not len(mine):
+                continue
+            if p >= 0:
+                vid = self._classes(h.v, self._positions(boxes, rows, p), key)[0][j[mine]]
+            else:
+                vid = self._classes(h.v, boxes.dom[b[mine]][:, :-1], key)[np.arange(len(mine)), j[mine]]
+            vals = h.v.values[vid]  # (k, W, mv)
+            vlo[mine], vhi[mine] = vals.min(axis=1), vals.max(axis=1)
+        return vlo, vhi
+
+    def _head_outputs(self, raw_lo: list, raw_hi: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, H, mv) bounds of the heads' outputs from their raw sums, and possible saturation."""
+        fx = self.fx
+        lo, hi = np.stack(raw_lo, axis=1), np.stack(raw_hi, axis=1)
+        if fx.accumulate == "wide":
+            lo, hi = fx.round_shift(lo, fx.f), fx.round_shift(hi, fx.f)
+        ovf = ((lo < fx.lo) | (hi > fx.hi)).reshape(len(lo), -1).any(axis=1)
+        return np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi), ovf
+
+    def _judge(self, boxes: _Boxes, hlo: np.ndarray, hhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray,
+               found: list) -> np.ndarray:
+        """Per box: 1 correct on all of it, -1 (a failure found) or 0 (open)."""
+        ylo, yhi, post_ovf = self._post(hlo, hhi, -1 - boxes.dom[:, -1])
+        status, margin = self._verdict(ylo, yhi, ovf | post_ovf, truth)
+        self.stats.margin(margin[status == 1])
+        bad = np.flatnonzero(status == -1)
+        if len(bad):
+            status[bad] = self._failing(boxes.take(bad), found)
+        return status
+
+    def _post(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Readout bounds from head-output bounds (rows, H, mv), computed once per distinct row."""
+        fx, layer, ro = self.fx, self.layer, self.q.readout
+        rows = len(hlo)
+        key = np.concatenate([hlo.reshape(rows, -1), hhi.reshape(rows, -1)]
+                             + ([qtok[:, None]] if layer.residual else []), axis=1)
+        first, inv = _unique_rows(key)
+        lo, hi = hlo[first], hhi[first]
+        n = len(first)
+        ctx = fx.context((n,))
+        if layer.attention == "softmax":
+            lo, hi = lo.reshape(n, -1), hi.reshape(n, -1)
+        else:
+            lo, hi = fx.mean_heads(lo, ctx, "heads"), fx.mean_heads(hi, ctx, "heads")
+        lo, hi = self._lin(layer.W_O, None, lo, hi, ctx)
+        if layer.residual:
+            x0 = self._query_embedding()[qtok[first]]
+            lo, hi = fx.add(x0, lo, ctx, "resid"), fx.add(x0, hi, ctx, "resid")
+        if layer.has_ffn:
+            flo, fhi = self._lin(layer.W1, layer.b1, lo, hi, ctx)
+            flo, fhi = self._lin(layer.W2, layer.b2, fx.relu(flo), fx.relu(fhi), ctx)
+            lo, hi = (fx.add(lo, flo, ctx, "out"), fx.add(hi, fhi, ctx, "out")) if layer.residual else (flo, fhi)
+        ylo, yhi = self._lin(ro.W_U, ro.b_U, lo, hi, ctx)
+        return ylo[inv], yhi[inv], ctx.ovf[inv]
+
+    def _query_embedding(self) -> np.ndarray:
+        """(V, d) the embedding of every token at the query position L-1 (its saturation is in pair_ovf)."""
+        if "x0" not in self._cache:
+            q, fx = self.q, self.fx
+            add = np.where(q.P_mask[:, None], q.P[self.L - 1][None, :], 0)
+            self._cache["x0"] = fx.add(q.E, add, fx.context((len(q.E),)), "embed")
+        return self._cache["x0"]
+
+    def _lin(self, W: np.ndarray, b, lo: np.ndarray, hi: np.ndarray, ctx) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of the linear rule W x + b for x in [lo, hi]: each product R(w x) is monotone in x,
+        rising for w > 0 and falling for w < 0, so the bounds take x at the matching end."""
+        if id(W) not in self._rows:  # a row of zeros gives its bias exactly: only the others are computed
+            live = np.flatnonzero(np.any(W != 0, axis=1))
+            self._rows[id(W)] = (live, W[live], None if b is None else b[live])
+        live, Wl, bl = self._rows[id(W)]
+        Wc, cols, gathered = self.m.ev._plan(Wl)
+        xl, xh = lo[..., cols], hi[..., cols]
+        if not gathered:
+            xl, xh = xl[..., None, :], xh[..., None, :]
+        up = Wc > 0
+        ylo = np.zeros(lo.shape[:-1] + (W.shape[0],), dtype=np.int64) if b is None else \
+            np.broadcast_to(b, lo.shape[:-1] + (W.shape[0],)).copy()
+        yhi = ylo.copy()
+        ylo[..., live] = self.fx._dot(np.where(up, xl, xh), Wc, bl, ctx, "lin")
+        yhi[..., live] = self.fx._dot(np.where(up, xh, xl), Wc, bl, ctx, "lin")
+        return ylo, yhi
+
+    def _truth(self, boxes: _Boxes) -> np.ndarray:
+        """(B,) the answer on every input of the box, or -1 when the box does not fix it."""
+        truth = np.full(len(boxes), -1, dtype=np.int64)
+        if self.answer_pos is None:
+            return truth
+        held = boxes.dom[np.arange(len(boxes)), self.answer_pos[boxes.case]]
+        fixed = np.flatnonzero(held < 0)
+        truth[fixed] = self.answer_table[boxes.case[fixed], -1 - held[fixed]]
+        return truth
+
+    def _verdict(self, ylo: np.ndarray, yhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per box: 1 (correct on all of it), -1 (fails on all of it) or 0; and the margin's lower
+        bound in real units (as `Evaluator.margins` measures margins)."""
+        ro, one = self.q.readout, self.fx.one
+        rows = np.arange(len(truth))
+        known = truth >= 0
+        t = np.where(known, truth, 0)
+        if ro.kind == "argmax":
+            if ylo.shape[1] == 1:  # one class: always the answer
+                low = high = np.ones(len(t), dtype=np.int64)
+                margin = np.full(len(t), np.inf)
+            else:
+                low = ylo[rows, t] - _max_others(yhi, t)
+                high = yhi[rows, t] - _max_others(ylo, t)
+                margin = low / one
+        else:
+            # bit i is 1 iff y_i > c (codes): a wanted 1 holds on the box when ylo > c and fails
+            # on all of it when yhi <= c; a wanted 0 holds when yhi <= c and fails when ylo > c
+            c = threshold_code(ro.theta, self.fx)
+            want = ((t[:, None] >> np.arange(ylo.shape[1])) & 1) == 1
+            low = np.where(want, ylo - c, c - yhi + 1).min(axis=1)
+            high = np.where(want, yhi - c, c - ylo + 1).min(axis=1)
+            margin = np.where(want, ylo / one - ro.theta, ro.theta - yhi / one).min(axis=1)
+        status = np.zeros(len(t), dtype=np.int64)
+        status[known & (low > 0) & ~ovf] = 1
+        status[known & (high <= 0)] = -1
+        if self.m.always:  # a saturated parameter that every input uses: every input fails
+            status[:] = -1
+        return status, margin
+
+    def _failing(self, boxes: _Boxes, found: list) -> np.ndarray:
+        """Boxes on which every input fails: the first member of the first in each case is a
+        failure (evaluated on the evaluator).  A filtered case's first member may not be an input,
+        so its boxes stay open.  Their new status (-1, or 0 for those that stay open)."""
+        filtered = self.filtered[boxes.case]
+        bad = np.flatnonzero(~filtered)
+        ci = boxes.case[bad]
+        first = bad[np.concatenate([[True], ci[1:] != ci[:-1]])] if len(bad) else bad
+        firsts = np.array([d[0] for d in self.domains] + [0], dtype=np.int64)
+        sub = boxes.take(first)
+        members = np.where(sub.dom < 0, -1 - sub.dom, firsts[np.maximum(sub.dom, 0)])
+        self._evaluate(members, sub.case, found, must_fail=True)
+        return np.where(filtered, 0, -1)
+
+    # -- branching ----------------------------------------------------------------------------
+    def _branch_position(self, boxes: _Boxes, att: _Attention) -> np.ndarray:
+        """(B,) the position to split: the answer's while the box does not fix it; else the one with
+        the widest logit bounds (they widen every weight), then the one with the widest term."""
+        B, L = len(boxes), self.L
+        rows = np.arange(B)
+        j = np.full(B, -1, dtype=np.int64)
+        if self.answer_pos is not None:
+            ja = self.answer_pos[boxes.case]
+            unknown = (boxes.dom[rows, ja] >= 0) & (self.lens[np.maximum(boxes.dom[rows, ja], 0)] > 1)
+            j[unknown] = ja[unknown]
+        todo = np.flatnonzero(j < 0)
+        if not len(todo):
+            return j
+        sub = att.take(todo) if len(todo) < B else att
+        free = self.lens[np.where(boxes.dom[todo] >= 0, boxes.dom[todo], -1)] > 1
+        score = np.zeros((len(todo), L))
+        for h in sub.heads:
+            if not h.exact:
+                score += (h.shi - h.slo) * float(1 << 40)  # a logit interval widens every weight
+            np.add.at(score, (h.b, h.j), (h.thi - h.tlo).sum(axis=1) + 1.0)
+        j[todo] = np.where(free, score, -1.0).argmax(axis=1)
+        return j
+
+    def _split(self, boxes: _Boxes, att: _Attention, j: np.ndarray, found: list) -> _Boxes:
+        """The children of every box at its position j, one per token, that stay open.
+
+        Where position j's logit bounds are one value in every head, splitting j changes no weight
+        bound: a child is its parent's sums with position j's term replaced by its token's, so the
+        children are decided here, from the parents (`_children_by_table`), and only the open
+        ones go on to be bounded anew."""
+        rows = np.arange(len(boxes))
+        doms = boxes.dom[rows, j]
+        parent = np.repeat(rows, self.lens[doms])
+        tokens = np.concatenate([self.domains[g] for g in doms])
+        same = np.ones(len(boxes), dtype=bool)
+        for h in att.heads:
+            if not h.exact:
+                same &= h.slo[rows, j] == h.shi[rows, j]
+        by_table = np.flatnonzero(same[parent])
+        open_ = np.flatnonzero(~same[parent])
+        if len(by_table):
+            status = self._children_by_table(boxes, att, j, parent[by_table], tokens[by_table], found)
+            open_ = np.sort(np.concatenate([open_, by_table[status == 0]]))
+        return _children(boxes, parent[open_], j, tokens[open_])
+
+    def _children_by_table(self, boxes: _Boxes, att: _Attention, j: np.ndarray, parent: np.ndarray,
+                           tokens: np.ndarray, found: list) -> np.ndarray:
+        """Decide children (parent box, token at the parent's position j) from the parents' sums;
+        each distinct (parent sums, token, answer) is computed once.  Their status (1, -1, 0)."""
+        fx = self.fx
+        self.stats.boxes += len(parent)
+        self.stats.max_depth = max(self.stats.max_depth, int(boxes.depth.max(initial=0)) + 1)
+        at = [h.at(j) for h in att.heads]  # per head: the parents' weight and term bounds at j
+        key = np.concatenate([np.stack([alo, ahi], axis=1) for alo, ahi, _, _ in at]
+                             + [h.raw_lo for h in att.heads] + [h.raw_hi for h in att.heads]
+                             + [t for _, _, tlo, thi in at for t in (tlo, thi)]
+                             + [att.ovf[:, None]] + ([-1 - boxes.dom[:, -1:]] if self.layer.residual else []), axis=1)
+        _, uid = _unique_rows(key)
+        truth = self._truth(boxes)[parent]
+        if self.answer_pos is not None:
+            case = boxes.case[parent]
+            hit = j[parent] == self.answer_pos[case]
+            truth[hit] = self.answer_table[case[hit], tokens[hit]]
+        vclass = [head.v.rid[j[parent], tokens] for head in self.m.heads]  # what the child's term reads
+        pick, inv = _unique_rows(np.stack([uid[parent], truth] + vclass, axis=1))
+        par = parent[pick]
+        ovf = att.ovf[par].copy()
+        raw_lo, raw_hi = [], []
+        for h, head, vc, (alo, ahi, old_lo, old_hi) in zip(att.heads, self.m.heads, vclass, at):
+            v = head.v.values[vc[pick]]
+            new_lo, new_hi = _term_bounds(fx, alo[par][:, None], ahi[par][:, None], v, v, ovf)
+            raw_lo.append(h.raw_lo[par] - old_lo[par] + new_lo)
+            raw_hi.append(h.raw_hi[par] - old_hi[par] + new_hi)
+        lo, hi, head_ovf = self._head_outputs(raw_lo, raw_hi)
+        ylo, yhi, post_ovf = self._post(lo, hi, -1 - boxes.dom[par, -1])
+        status, margin = self._verdict(ylo, yhi, ovf | head_ovf | post_ovf, truth[pick])
+        self.stats.margin(margin[status == 1])
+        status = status[inv]
+        bad = np.flatnonzero(status == -1)
+        if len(bad):
+            status[bad] = self._failing(_children(boxes, parent[bad], j, tokens[bad]), found)
+        return status
+
+    # -- leaves -------------------------------------------------------------------------------
+    def _enumerate(self, boxes: _Boxes, found: list) -> None:
+        """Every input of small boxes, on the evaluator."""
+        members, case_of = [], []
+        for b in range(len(boxes)):
+            lists = [self.domains[g] if g >= 0 else np.array([-1 - g]) for g in boxes.dom[b]]
+            grid = np.array(np.meshgrid(*lists, indexing="ij")).reshape(len(lists), -1).T
+            members.append(grid)
+            case_of.append(np.full(len(grid), boxes.case[b]))
+        tokens = np.concatenate(members)
+        self.stats.leaves += len(boxes)
+        self.stats.leaf_inputs += len(tokens)
+        self._evaluate(tokens, np.concatenate(case_of), found, must_fail=False)
+
+    def _evaluate(self, tokens: np.ndarray, case_of: np.ndarray, found: list, must_fail: bool) -> None:
+        """Judge inputs on the evaluator; note the failures.  `must_fail`: the bounds say every
+        member of their boxes fails, so one that does not is an internal error."""
+        answers, valid = self.task.evaluate(tokens)
+        tokens, answers, case_of = tokens[valid], answers[valid], case_of[valid]
+        if not len(tokens):
+            return
+        ev = self._leaf_evaluator()
+        size = ev.batch_size(tokens.shape[1])
+        for a in range(0, len(tokens), size):
+            sl = slice(a, a + size)
+            judged = ev.judge(ev.forward(tokens[sl]), answers[sl])
+            if must_fail and not judged.failed.all():
+                r = int(np.flatnonzero(~judged.failed)[0])
+                raise InternalError(f"the bounds say every input of a box fails, but the evaluator gets "
+                                    f"{self.task.render(tokens[sl][r])} right")
+            for r in np.flatnonzero(judged.failed):
+                found.append((int(case_of[sl][r]), Found.of(judged, int(r), self.task.index_of(tokens[sl][r]),
+                                                            tokens[sl][r])))
+
+    def _leaf_evaluator(self) -> Evaluator:
+        """The generic path for a few leaves; the evaluator's layer-0 tables once many are enumerated
+        (when they fit)."""
+        if self._leaf_ev is None and self.stats.leaf_inputs > LEAF_TABLES_AFTER:
+            try:
+                self._leaf_ev = Evaluator(self.m.ev.model, self.fx)
+            except InputError:
+                self._leaf_ev = self.m.ev
+        return self._leaf_ev or self.m.ev
+
+
+def _term_bounds(fx: FixedPoint, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarray, vhi: np.ndarray,
+                 ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of one position's term a v in a head's output, for a in [alo, ahi] (a >= 0) and v in
+    [vlo, vhi]: R(a v) saturated (product accumulation; a possible saturation is flagged in ovf,
+    one flag per row) or the exact product (wide accumulation, rounded after the sum)."""
+    corners = [alo * vlo, alo * vhi, ahi * vlo, ahi * vhi]
+    lo, hi = np.minimum.reduce(corners), np.maximum.reduce(corners)
+    if fx.accumulate == "product":
+        lo, hi = fx.round_shift(lo, fx.f), fx.round_shift(hi, fx.f)
+        ovf |= ((lo < fx.lo) | (hi > fx.hi)).reshape(len(ovf), -1).any(axis=1)
+        lo, hi = np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi)
+    return lo, hi
+
+
+def _softmax_bounds(fx: FixedPoint, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
+    """The entries (box, position) whose softmax weight may be positive, with the weight's bounds:
+    (b, j, alo, ahi); a possible saturation is flagged in ovf (B,).  docs/bounds-engine.md, "Softmax".
+
+    d_j = sat(s_j - M) = sat(min(0, s_j - M_-j)) with M_-j the max over the other positions, so d_j
+    lies in [sat(min(0, slo_j - max_-j shi)), sat(min(0, shi_j - max_-j slo))], and e = R(exp d) is
+    monotone.  With r_j = Z - e_j, a_j = R(e_j 2^f / (e_j + r_j)) rises with e_j and falls with r_j:
+    it is bounded by one end of e_j and the other end of r_j (a sum of the other positions' e
+    bounds); and Z is at least exp(0)'s code, which the maximum takes.  Exact logits (slo is shi)
+    give the exact weights, computed once."""
+    dmin, table = exp_table(fx.p, fx.f, fx.rounding)
+    B, L = slo.shape
+    exact = slo is shi
+    if exact:
+        raw = slo - slo.max(axis=1, keepdims=True)
+        ovf |= (raw < fx.lo).any(axis=1)
+        e_lo = e_hi = table[np.maximum(raw, dmin) - dmin]
+        d_hi = raw
+    elif L == 1:
+        e_lo = e_hi = table[np.zeros((B, 1), np.int64) - dmin]
+        d_hi = np.zeros((B, 1), np.int64)
+    else:
+        d_lo = np.minimum(0, slo - _max_excluding(shi))
+        d_hi = np.minimum(0, shi - _max_excluding(slo))
+        ovf |= (d_lo < fx.lo).any(axis=1)
+        e_lo = table[np.maximum(d_lo, dmin) - dmin]
+        e_hi = table[np.maximum(d_hi, dmin) - dmin]
+    if fx.one > fx.hi:
+        ovf |= (d_hi == 0).any(axis=1)  # exp(0) = 1 is not representable
+    z_lo, z_hi = e_lo.sum(axis=1), e_hi.sum(axis=1)
+    b, j = np.nonzero(e_hi)  # e = 0 gives a = 0 exactly
+    elo, ehi = e_lo[b, j], e_hi[b, j]
+    z0 = max(int(table[-dmin]), 1)
+    a_hi = fx.round_div(ehi << fx.f, np.maximum(z_lo[b] - elo + ehi, z0))
+    a_lo = a_hi if exact else fx.round_div(elo << fx.f, np.maximum(z_hi[b] - ehi + elo, 1))
+    over = a_hi > fx.hi
+    ovf[b[over]] = True
+    return b, j, np.minimum(a_lo, fx.hi), np.minimum(a_hi, fx.hi)
+
+
+def _max_excluding(x: np.ndarray) -> np.ndarray:
+    """(B, L): per position, the max over the other positions (L >= 2)."""
+    rows = np.arange(len(x))
+    i1 = x.argmax(axis=1)
+    m1 = x[rows, i1]
+    y = x.copy()
+    y[rows, i1] = np.iinfo(np.int64).min
+    out = np.repeat(m1[:, None], x.shape[1], axis=1)
+    out[rows, i1] = y.max(axis=1)
+    return out
+
+
+def _max_others(y: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """(B,) the max of y (B, C) over the columns other than t."""
+    rows = np.arange(len(y))
+    z = y.copy()
+    z[rows, t] = np.iinfo(np.int64).min // 4
+    return z.max(axis=1)
+
+
+def _children(boxes: _Boxes, parent: np.ndarray, j: np.ndarray, tokens: np.ndarray) -> _Boxes:
+    """Boxes `parent` with position j (of each parent) set to `tokens`, one branching deeper, each
+    with its own positions."""
+    kids = boxes.take(parent)
+    kids.dom[np.arange(len(parent)), j[parent]] = -1 - tokens
+    kids.depth += 1
+    kids.prefix[:] = -1
+    return kids
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of an integer array (n, k): the index of each one's first occurrence and
+    each row's distinct-row number.  Columns are ranked one at a time and folded into one int64
+    code (re-ranked before it could overflow): several 1-d sorts, much faster than sorting rows."""
+    code = np.zeros(len(a), dtype=np.int64)
+    varies = (a.min(axis=0) != a.max(axis=0)) if len(a) else np.zeros(a.shape[1], dtype=bool)
+    for col in a.T[varies]:  # a constant column splits nothing
+        _, r = np.unique(col, return_inverse=True)
+        r = r.reshape(-1)
+        if len(r) and (int(code.max()) + 1) * (int(r.max()) + 1) >= 1 << 62:
+            code = np.unique(code, return_inverse=True)[1].reshape(-1)
+        code = code * (int(r.max(initial=0)) + 1) + r
+    _, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    return first, inv.reshape(-1)
+
+
+def _same_domains(a: list, b: list) -> bool:
+    """Do two lists hold the same domains, position by position?  List equality compares by
+    identity first, which is what consecutive cases share; arrays that are not the same object are
+    compared by content (list equality then raises for a multi-token array)."""
+    if len(a) != len(b):
+        return False
+    try:
+        return a == b
+    except ValueError:
+        return all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def _distinct_rows(ids: np.ndarray) -> np.ndarray:
+    """(L, n) ids -> (L, W): each row's distinct ids first, padded by repeating its first one."""
+    s = np.sort(ids, axis=1)
+    new = np.ones(s.shape, dtype=bool)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    W = int(new.sum(axis=1).max(initial=1))
+    order = np.argsort(~new, axis=1, kind="stable")[:, :W]
+    out = np.take_along_axis(s, order, axis=1)
+    filled = np.arange(W)[None, :] < new.sum(axis=1)[:, None]
+    return np.where(filled, out, out[:, :1])

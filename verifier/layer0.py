@@ -1,0 +1,163 @@
+"""Layer 0 as arrays, once per model: every (position, token) pair, factored by what each map reads.
+
+A layer-0 vector depends on a (position, token) pair only through the embedding columns its map
+reads: ``W x0`` with ``x0 = sat(E[t] + P_mask[t] P[i])`` reads the columns where W is non-zero,
+so two pairs whose embeddings agree on those columns have the same image.  `ClassTable` groups
+the pairs into classes (tokens by their embedding on the columns read and their P_mask, positions
+by their position vector on those columns), computes each class's image once with the
+evaluator's own FixedPoint code, and keeps a (position, token) -> class table.  For index lookup
+at N = 1024 the query map has 1025 classes and the key map 1026, where the pairs number 1.1
+million; the logits of every (query class, key class) pair are then one exact matrix product
+(`score_table`), not a dot product per input.
+
+Everything here is exact partial evaluation: a class's codes are the codes the evaluator computes
+for every pair of the class, and its saturation flag is the flag the evaluator would raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+from .arithmetic import FixedPoint
+from .budget import require_memory
+
+_EXACT_FLOAT = 1 << 53  # integers below this are exact in float64, and so are their sums
+_CHUNK = 1 << 22  # elements of the largest temporary of a direct (non-matrix) product
+_FEW_VALUES = 4  # a key column with at most this many distinct codes is summed through indicators
+
+
+@dataclass
+class ClassTable:
+    """A layer-0 map over every (position, token) pair: ``values[rid[i, t]]`` is its image at
+    position i, token t; ``ovf[rid[i, t]]`` says whether computing it saturated (the embedding's
+    sum on the columns read, or the map).``W = None``: the embedding itself, every column."""
+
+    rid: np.ndarray  # (L_max, V) int64
+    values: np.ndarray  # (classes, out) codes
+    ovf: np.ndarray  # (classes,) bool
+
+    @property
+    def classes(self) -> int:
+        return len(self.values)
+
+
+def class_table(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray) -> ClassTable:
+    """The classes of ``W x0`` over (position, token) pairs, from the quantized embedding E, P."""
+    L, V = P.shape[0], E.shape[0]
+    cols = np.flatnonzero(np.any(W != 0, axis=0))
+    Ec, Pc = E[:, cols], P[:, cols]
+    _, tok = np.unique(np.concatenate([Ec, P_mask[:, None].astype(np.int64)], axis=1), axis=0, return_inverse=True)
+    _, pos = np.unique(Pc, axis=0, return_inverse=True)
+    tok, pos = tok.reshape(-1), pos.reshape(-1)
+    # a token without a position vector is the same at every position
+    combo = np.where(P_mask[None, :], pos[:, None], -1) * (int(tok.max()) + 1) + tok[None, :]
+    uniq, first, rid = np.unique(combo.reshape(-1), return_index=True, return_inverse=True)
+    require_memory(8.0 * len(uniq) * (len(cols) + W.shape[0]), f"the layer-0 classes ({len(uniq):,})")
+    at_pos, at_tok = np.divmod(first, V)
+    ctx = fx.context((len(uniq),))
+    x = fx.add(Ec[at_tok], np.where(P_mask[at_tok][:, None], Pc[at_pos], 0), ctx, "embed")
+    values = _lin_chunked(fx, W[:, cols], x, ctx)
+    return ClassTable(rid.reshape(L, V).astype(np.int64), values, ctx.ovf.copy())
+
+
+def embedding_overflow(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
+    """(L_max, V) bool: does sat(E[t] + P[i]) clamp some coordinate of the pair (i, t)?"""
+    L, V = P.shape[0], E.shape[0]
+    out = np.zeros((L, V), dtype=bool)
+    if int(np.abs(E).max(initial=0)) + int(np.abs(P).max(initial=0)) <= fx.hi:
+        return out
+    rows = max(1, _CHUNK // max(E.size, 1))
+    for a in range(0, L, rows):
+        s = E[None, :, :] + P[a:a + rows, None, :]
+        out[a:a + rows] = ((s < fx.lo) | (s > fx.hi)).any(axis=-1) & P_mask[None, :]
+    return out
+
+
+def _lin_chunked(fx: FixedPoint, W: np.ndarray, x: np.ndarray, ctx) -> np.ndarray:
+    """fx.lin on row chunks, each temporary (rows x out x in) below _CHUNK elements."""
+    rows = max(1, _CHUNK // max(W.size, 1))
+    out = np.empty((len(x), W.shape[0]), dtype=np.int64)
+    for a in range(0, len(x), rows):
+        sub = fx.context((min(rows, len(x) - a),))
+        out[a:a + rows] = fx.lin(W, x[a:a + rows], None, sub, "lin")
+        ctx.ovf[a:a + rows] |= sub.ovf
+    return out
+
+
+def score_table(fx: FixedPoint, Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every logit <q, k> of the rows of Q (nq, m) against the rows of K (nk, m), by the linear
+    rule, and where computing it saturated: (nq, nk) codes and flags.
+
+    Product accumulation rounds every product, so a plain matrix product is not the rule; but a
+    column c whose key codes are all multiples of 2^f has exact products q_c (k_c / 2^f), which
+    never round, and which cannot saturate when |q_c| |k_c / 2^f| <= hi.  Those columns are one
+    float64 matrix product (exact: every partial sum stays below 2^53); columns with few distinct
+    key codes go through indicators (`_by_indicators`); the rest are summed product by product.  Wide accumulation is one exact matrix product when its sums fit
+    2^53, and product by product otherwise."""
+    nq, nk = len(Q), len(K)
+    require_memory(8.0 * 3 * nq * nk, f"the layer-0 logit table ({nq:,} x {nk:,})")
+    m = Q.shape[1]
+    qmax, kmax = np.abs(Q).max(0, initial=0), np.abs(K).max(0, initial=0)
+    ovf = np.zeros((nq, nk), dtype=bool)
+    if fx.accumulate == "product":
+        whole = np.all(K % fx.one == 0, axis=0) & (qmax * (kmax >> fx.f) <= fx.hi)
+        exact = np.flatnonzero(whole & (m * fx.hi < _EXACT_FLOAT))
+        rest = np.setdiff1d(np.arange(m), exact)
+        s = np.rint(Q[:, exact].astype(np.float64) @ (K[:, exact] >> fx.f).T.astype(np.float64)).astype(np.int64)
+        few = [c for c in rest if len(np.unique(K[:, c])) <= _FEW_VALUES]
+        if few and m * fx.hi < _EXACT_FLOAT:
+            s += _by_indicators(fx, Q[:, few], K[:, few], ovf)
+            rest = np.setdiff1d(rest, few)
+        if len(rest):
+            s += _direct(fx, Q[:, rest], K[:, rest], ovf, rounded=True)
+        return _saturate(fx, s, ovf)
+    if m * int(qmax.max(initial=0)) * int(kmax.max(initial=0)) < _EXACT_FLOAT:
+        raw = np.rint(Q.astype(np.float64) @ K.T.astype(np.float64)).astype(np.int64)
+    else:
+        raw = _direct(fx, Q, K, ovf, rounded=False)
+    return _saturate(fx, fx.round_shift(raw, fx.f), ovf)
+
+
+def _by_indicators(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray) -> np.ndarray:
+    """Product-accumulated sums over columns whose key codes take few values u: R(q_c u), rounded
+    and saturated once per (query row, column, value), summed against the indicator [k_c = u] by
+    one float64 matrix product (exact: the partial sums stay below 2^53)."""
+    tabs, marks = [], []
+    for c in range(Q.shape[1]):
+        for u in np.unique(K[:, c]):
+            if u == 0:  # R(q 0) = 0
+                continue
+            r = fx.round_shift(Q[:, c] * u, fx.f)
+            t = np.minimum(np.maximum(r, fx.lo), fx.hi)
+            hit = K[:, c] == u
+            ovf |= (t != r)[:, None] & hit[None, :]
+            tabs.append(t)
+            marks.append(hit)
+    if not tabs:
+        return np.zeros((len(Q), len(K)), dtype=np.int64)
+    T = np.stack(tabs, axis=1).astype(np.float64)
+    M = np.stack(marks, axis=1).astype(np.float64)
+    return np.rint(T @ M.T).astype(np.int64)
+
+
+def _direct(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, rounded: bool) -> np.ndarray:
+    """Sums over the columns of Q x K products in query-row chunks: rounded and saturated one by
+    one (product accumulation, flags into ovf), or exact."""
+    nq, nk, m = len(Q), len(K), Q.shape[1]
+    rows = max(1, _CHUNK // max(nk * m, 1))
+    out = np.empty((nq, nk), dtype=np.int64)
+    for a in range(0, nq, rows):
+        prod = Q[a:a + rows, None, :] * K[None, :, :]
+        if rounded:
+            r = fx.round_shift(prod, fx.f)
+            t = np.minimum(np.maximum(r, fx.lo), fx.hi)
+            ovf[a:a + rows] |= (t != r).any(-1)
+            prod = t
+        out[a:a + rows] = prod.sum(-1)
+    return out
+
+
+def _saturate(fx: FixedPoint, s: np.ndarray, ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    t = np.minimum(np.maximum(s, fx.lo), fx.hi)
+    return t, ovf | (t != s)
