@@ -27,6 +27,7 @@ from verifier.certificates import Certificate, find_certificate, save as save_ce
 from verifier.constructions import CONSTRUCTIONS
 from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
 from verifier.engines import ENGINES
+from verifier.solvers import CHOICES as SOLVER_CHOICES
 from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
 from verifier.model import META_SCHEMA
@@ -84,6 +85,10 @@ def arithmetic_options(fn):
 def run_options(fn):
     for opt in reversed([
         click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True),
+        click.option("--solver", type=click.Choice(SOLVER_CHOICES), default="z3", show_default=True,
+                     help="The SMT engine's solver; portfolio: every installed one, the first answer wins."),
+        click.option("--smtlib", type=click.Path(file_okay=False), default=None,
+                     help="Write each case the SMT engine sends to a solver as SMT-LIB 2 in DIR."),
         click.option("--timeout", type=SECONDS, default=None,
                      help="Seconds for the whole run (building included); past it the verdict is unknown."),
         click.option("--max-counterexamples", type=int, default=1, show_default=True,
@@ -191,14 +196,15 @@ class Progress:
 
 
 def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
-           want_trace) -> int:
+           want_trace, solver="z3", smtlib=None) -> int:
     if dump:
         prepare_dump_dir(dump)
     progress = Progress()
     try:
         with Cluster(scheduler) if scheduler else contextlib.nullcontext() as cluster:
             result = verifier.run(problem, engine, max_counterexamples=max_counterexamples, deadline=deadline,
-                                  start=start, stop=stop, workers=workers, progress=progress, cluster=cluster)
+                                  start=start, stop=stop, workers=workers, progress=progress, cluster=cluster,
+                                  solver=solver, smtlib=smtlib)
     finally:
         progress.close()
     dumps = write_dumps(result, dump) if dump and result.counterexamples else []
@@ -243,13 +249,13 @@ def _task_command(task_name: str, name: str) -> None:
     @arithmetic_options
     @construction_options(construction.options)
     @run_options
-    def command(N, p, f, rounding, overflow, accumulate, engine, timeout, max_counterexamples, start, stop, workers,
-                scheduler, as_json, dump, trace, **options):
+    def command(N, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout, max_counterexamples, start,
+                stop, workers, scheduler, as_json, dump, trace, **options):
         deadline = Deadline(timeout)
         problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
                                          accumulate=accumulate, **options)
         return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
-                      trace)
+                      trace, solver, smtlib)
 
 
 for _name in [*TASKS, *ALIASES]:
@@ -263,7 +269,7 @@ for _name in [*TASKS, *ALIASES]:
 @task_option_flags(ALL_TASK_OPTIONS)
 @arithmetic_options
 @run_options
-def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engine, timeout,
+def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout,
             max_counterexamples, start, stop, workers, scheduler, as_json, dump, trace, **options):
     """Verify a model from a file (docs/model-format.md) on a task."""
     deadline = Deadline(timeout)
@@ -271,7 +277,7 @@ def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engi
     problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
                                      accumulate=accumulate, model=model, **options)
     return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
-                  trace)
+                  trace, solver, smtlib)
 
 
 @cli.command("export")

@@ -11,12 +11,13 @@ evaluator (`sample_check`) before it is returned.  A run that is interrupted or 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
-from . import interrupts
+from . import interrupts, solvers
 from .arithmetic import FixedPoint
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
@@ -87,11 +88,12 @@ def check_compatible(model: Model | Recurrent, task) -> None:
 def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1, timeout: Optional[float] = None,
         start: int = 0, stop: Optional[int] = None, workers: Optional[int] = None,
         progress: Optional[Callable[[Tick], None]] = None, deadline: Optional[Deadline] = None,
-        cluster=None) -> Result:
+        cluster=None, solver: str = "z3", smtlib: Optional[str] = None) -> Result:
     """Decide the problem with an engine; replay every counterexample; sample-check a symbolic
     proof; return the verdict.  `deadline` (which `prove` and the CLI start before building the
     problem) takes the place of `timeout`.  `cluster` (a started `verifier.cluster.Cluster`): the
-    exhaustive engine splits its range over the cluster's workers."""
+    exhaustive engine splits its range over the cluster's workers.  `solver` and `smtlib` (a
+    directory for each case's SMT-LIB 2 text) are the SMT engine's."""
     total = problem.task.total
     stop = total if stop is None else stop
     if not 0 <= start <= stop <= total:
@@ -101,7 +103,10 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
                          f"with its trace), got {max_counterexamples}")
     check_workers(workers)
     deadline = deadline if deadline is not None else Deadline(timeout)
-    opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster)
+    solvers.check_choice(solver)
+    if smtlib is not None:
+        Path(smtlib).mkdir(parents=True, exist_ok=True)
+    opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster, solver, smtlib)
     chosen, why = choose(engine, problem, opts)
     t0 = time.monotonic()
     er = chosen.run(problem, opts)
@@ -178,12 +183,13 @@ def _unknown_reason(status: str, er, deadline: Deadline, start: int, stop: int, 
 
 def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexamples: int = 1,
           timeout: Optional[float] = None, start: int = 0, stop: Optional[int] = None,
-          workers: Optional[int] = None, progress=None, **problem) -> Result:
+          workers: Optional[int] = None, progress=None, solver: str = "z3", smtlib: Optional[str] = None,
+          **problem) -> Result:
     """Build the problem (see `build_problem`) and decide it: ``prove("idxl", N=16, p=12)``.
     The timeout covers the building too."""
     deadline = Deadline(timeout)
     return run(build_problem(task, **problem), engine, max_counterexamples=max_counterexamples, start=start,
-               stop=stop, workers=workers, progress=progress, deadline=deadline)
+               stop=stop, workers=workers, progress=progress, deadline=deadline, solver=solver, smtlib=smtlib)
 
 
 def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator | RecurrentEvaluator] = None) -> Traced:

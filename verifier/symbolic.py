@@ -133,7 +133,8 @@ class SymFX:
             if self.theory == "int":
                 return z3.And(t >= lo, t <= hi)
             return z3.And(z3.UGE(t, lo), z3.ULE(t, hi))
-        return z3.Or([t == self.num(v, t) for v in values])
+        eqs = [t == self.num(v, t) for v in values]
+        return eqs[0] if len(eqs) == 1 else z3.Or(eqs)  # SMT-LIB's `or` takes two arguments or more
 
     def domain_constraints(self) -> list:
         return [self.member(j, d) for j, d in enumerate(self.domains) if self.tokens[j] is not None]

@@ -37,6 +37,8 @@ class RunOptions:
     workers: Optional[int] = None  # None: both cores for large spaces
     progress: Optional[Callable[["Tick"], None]] = None
     cluster: Optional[Any] = None  # a `verifier.cluster.Cluster`: exhaustive chunks run as its tasks
+    solver: str = "z3"  # the SMT engine's solver: z3, bitwuzla, cvc5 or portfolio (`verifier.solvers`)
+    smtlib: Optional[str] = None  # a directory: the SMT engine writes each solver case there as SMT-LIB 2
 
     def whole(self, total: int) -> bool:
         """The range is every input (what an engine that decides whole cases or lengths needs)."""

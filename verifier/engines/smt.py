@@ -12,6 +12,7 @@ inputs of the cases decided) is a prefix.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -19,7 +20,8 @@ import z3
 
 from ..budget import TimedOut
 from ..encoding import encode
-from ..errors import InternalError
+from .. import solvers
+from ..errors import InputError, InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
@@ -91,7 +93,8 @@ class Smt:
                 else:
                     stats["decided_by_solver"] += 1
                     ts = time.monotonic()
-                    inputs, status = self._solve(enc, want, opts.deadline.left(), totals)
+                    inputs, status = self._solve(enc, want, opts.deadline.left(), totals, opts.solver,
+                                                 self._export(opts, stats["cases"], case.name, enc))
                     stats["solver_seconds"] += time.monotonic() - ts
                     if status != "sat" and status != "unsat":  # out of time, or z3 gave up
                         result.status = "timeout" if status == "timeout" else "incomplete"
@@ -135,20 +138,55 @@ class Smt:
             return [cls._input_at(enc, 0, None)] if fail.value() else []
         return [cls._input_at(enc, int(i), fail.var) for i in np.flatnonzero(fail.table)[:want]]
 
+    @classmethod
+    def _export(cls, opts: RunOptions, number: int, name: str, enc) -> Optional[str]:
+        """The case's SMT-LIB 2 text, written to the --smtlib directory as case-NNNNN.smt2 when one
+        is given (never over an existing file); None when neither the export nor a solver other
+        than z3 needs it."""
+        directory = opts.smtlib
+        if directory is None and opts.solver == "z3":
+            return None
+        text = solvers.smtlib(cls._assertions(enc), "QF_BV" if enc.sfx.theory == "bv" else "ALL")
+        if directory is not None:
+            path = Path(directory) / f"case-{number:05d}.smt2"
+            try:
+                with open(path, "x") as fh:
+                    fh.write(f"; {name}\n" + text)
+            except FileExistsError:
+                raise InputError(f"{path} exists; --smtlib never overwrites a file (give an empty directory)") from None
+        return text
+
     @staticmethod
-    def _solve(enc, want: int, left: Optional[float], totals: dict) -> tuple[list[list[int]], str]:
+    def _assertions(enc) -> list:
+        return [*enc.sfx.domain_constraints(), enc.fail.expr]
+
+    @classmethod
+    def _solve(cls, enc, want: int, left: Optional[float], totals: dict, solver_name: str = "z3",
+               text: Optional[str] = None) -> tuple[list[list[int]], str]:
         """Up to `want` failing inputs of the case, and "unsat" (no more), "sat" (found `want`),
-        "timeout", or z3's reason for answering unknown.  z3 catches SIGINT itself and answers
-        unknown; that is raised here as the KeyboardInterrupt it was."""
+        "timeout", or the solver's reason for answering unknown.  z3 catches SIGINT itself and
+        answers unknown; that is raised here as the KeyboardInterrupt it was.  Another solver (or
+        the portfolio) decides the case from its SMT-LIB text; further counterexamples are z3's."""
         if left is not None and left <= 0:
             return [], "timeout"
         S = enc.sfx
+        found = []
+        if solver_name != "z3" and S.theory == "bv":
+            names = [str(tv) for tv in S.tokens if tv is not None]
+            answer, values, who = solvers.solve(solver_name, text, names, left)
+            totals["answered_by"] = totals.get("answered_by", {})
+            totals["answered_by"][who] = totals["answered_by"].get(who, 0) + 1
+            if answer != "sat":
+                return [], answer
+            found.append([int(d[0]) if tv is None else values[str(tv)] for tv, d in zip(S.tokens, enc.case.domains)])
+            if len(found) >= want:
+                return found, "sat"
         solver = z3.SolverFor("QF_BV") if S.theory == "bv" else z3.Solver()
         if left is not None:
             solver.set("timeout", max(1, int(left * 1000)))
-        solver.add(*S.domain_constraints())
-        solver.add(enc.fail.expr)
-        found = []
+        solver.add(*cls._assertions(enc))
+        for tokens in found:
+            solver.add(z3.Or([tv != tokens[j] for j, tv in enumerate(S.tokens) if tv is not None] or [z3.BoolVal(False)]))
         while len(found) < want:
             answer = solver.check()
             st = solver.statistics()

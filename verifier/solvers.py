@@ -1,0 +1,151 @@
+"""SMT solvers for the SMT engine's cases: z3, bitwuzla, cvc5, and a portfolio of them.
+
+A case's failure formula is built with z3 (`verifier.encoding`) and written as SMT-LIB 2
+(`smtlib`); bitwuzla and cvc5 (PyPI packages, the ``solvers`` extra) read that text, so every
+solver decides the very same formula.  `solve` runs one solver, or a portfolio (every installed
+solver in its own forked process, the first definite answer wins and the others are stopped).
+A solver returns "sat" with the token variables' values, "unsat", or why it did not decide; the
+SMT engine decodes a model into an input and replays it on the evaluator as always, so a wrong
+"sat" from any solver is an internal error, never a verdict.  A wrong "unsat" would be a wrong
+proof: every proof is still sample-checked, and the differential tests run each solver on the
+battery's formulas against enumeration.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import time
+from typing import Optional
+
+import z3
+
+from .errors import InputError
+
+SOLVERS = ("z3", "bitwuzla", "cvc5")
+CHOICES = SOLVERS + ("portfolio",)
+
+
+def installed() -> list[str]:
+    return [s for s in SOLVERS if s == "z3" or importlib.util.find_spec(s) is not None]
+
+
+def check_choice(name: str) -> None:
+    if name not in CHOICES:
+        raise InputError(f"unknown solver {name!r}; known: {', '.join(CHOICES)}")
+    if name != "portfolio" and name not in installed():
+        raise InputError(f"solver {name} is not installed (pip install -e '.[solvers]')")
+
+
+def smtlib(assertions: list, logic: str) -> str:
+    """The SMT-LIB 2 script that asks whether the assertions are satisfiable."""
+    s = z3.SolverFor(logic) if logic == "QF_BV" else z3.Solver()
+    s.add(*assertions)
+    return f"(set-logic {logic})\n" + s.to_smt2()
+
+
+def solve(name: str, text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict, str]:
+    """(answer, values of the variables `names` when sat, the solver that answered).  answer is
+    sat, unsat, timeout or a solver's reason for not deciding."""
+    if name != "portfolio":
+        answer, values = _run(name, text, names, timeout)
+        return answer, values, name
+    return _portfolio(installed(), text, names, timeout)
+
+
+def _run(name: str, text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict]:
+    ms = None if timeout is None else max(1, int(timeout * 1000))
+    if name == "z3":
+        s = z3.Solver()
+        if ms is not None:
+            s.set("timeout", ms)
+        s.from_string(text)
+        r = s.check()
+        if r == z3.unknown:
+            why = s.reason_unknown()
+            return ("timeout" if why in ("timeout", "canceled") else why or "unknown"), {}
+        if r == z3.unsat:
+            return "unsat", {}
+        m = s.model()
+        return "sat", {d.name(): m[d].as_long() for d in m.decls() if d.name() in names}
+    if name == "bitwuzla":
+        import bitwuzla
+        tm, opts = bitwuzla.TermManager(), bitwuzla.Options()
+        opts.set(bitwuzla.Option.PRODUCE_MODELS, True)
+        if ms is not None:
+            opts.set(bitwuzla.Option.TIME_LIMIT_PER, ms)
+        parser = bitwuzla.Parser(tm, opts)
+        parser.parse(text.replace("(check-sat)", ""), True, False)
+        solver = parser.bitwuzla()
+        r = solver.check_sat()
+        if r == bitwuzla.Result.UNSAT:
+            return "unsat", {}
+        if r != bitwuzla.Result.SAT:
+            return "timeout", {}
+        return "sat", {t.symbol(): int(solver.get_value(t).value(10)) for t in parser.get_declared_funs()
+                       if t.symbol() in names}
+    import cvc5
+    solver = cvc5.Solver()
+    solver.setOption("produce-models", "true")
+    if ms is not None:
+        solver.setOption("tlimit-per", str(ms))
+    symbols = cvc5.SymbolManager(solver.getTermManager())
+    parser = cvc5.InputParser(solver, symbols)
+    parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text.replace("(check-sat)", ""), "case")
+    while True:
+        cmd = parser.nextCommand()
+        if cmd.isNull():
+            break
+        cmd.invoke(solver, symbols)
+    r = solver.checkSat()
+    if r.isUnsat():
+        return "unsat", {}
+    if not r.isSat():
+        return "timeout", {}
+    return "sat", {str(t): int(solver.getValue(t).getBitVectorValue(10)) for t in symbols.getDeclaredTerms()
+                   if str(t) in names}
+
+
+def _child(name: str, text: str, names: list[str], timeout: Optional[float], conn) -> None:
+    try:
+        conn.send((name, *_run(name, text, names, timeout)))
+    except Exception as exc:  # a solver's failure is its answer: the others may still decide
+        conn.send((name, f"error: {type(exc).__name__}: {exc}", {}))
+
+
+def _portfolio(names_: list[str], text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict, str]:
+    if len(names_) == 1:
+        return (*_run(names_[0], text, names, timeout), names_[0])
+    ctx = multiprocessing.get_context("fork")
+    procs, conns = [], []
+    for s in names_:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(s, text, names, timeout, child), daemon=True)
+        p.start()
+        child.close()
+        procs.append(p)
+        conns.append(parent)
+    last = ("timeout", {}, "portfolio")
+    try:
+        pending = list(conns)
+        deadline = None if timeout is None else time.monotonic() + timeout + 1.0
+        while pending:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = multiprocessing.connection.wait(pending, timeout=wait)
+            if not ready:
+                break
+            for c in ready:
+                pending.remove(c)
+                try:
+                    who, answer, values = c.recv()
+                except EOFError:
+                    continue
+                if answer in ("sat", "unsat"):
+                    return answer, values, who
+                last = (answer, values, who)
+        return last
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join()
