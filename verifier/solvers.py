@@ -2,8 +2,9 @@
 
 A case's failure formula is built with z3 (`verifier.encoding`) and written as SMT-LIB 2
 (`smtlib`); bitwuzla and cvc5 (PyPI packages, the ``solvers`` extra) read that text, so every
-solver decides the very same formula.  `solve` runs one solver, or a portfolio (every installed
-solver in its own forked process, the first definite answer wins and the others are stopped).
+solver decides the very same formula.  `solve` runs z3 in this process, and bitwuzla, cvc5 or a
+portfolio (every installed solver) in forked processes: the first definite answer wins and the
+others are stopped, and Ctrl-C stops them all.
 A solver returns "sat" with the token variables' values, "unsat", or why it did not decide; the
 SMT engine decodes a model into an input and replays it on the evaluator as always, so a wrong
 "sat" from any solver is an internal error, never a verdict.  A wrong "unsat" would be a wrong
@@ -47,10 +48,10 @@ def smtlib(assertions: list, logic: str) -> str:
 def solve(name: str, text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict, str]:
     """(answer, values of the variables `names` when sat, the solver that answered).  answer is
     sat, unsat, timeout or a solver's reason for not deciding."""
-    if name != "portfolio":
+    if name == "z3":  # in this process: z3 answers Ctrl-C itself
         answer, values = _run(name, text, names, timeout)
         return answer, values, name
-    return _portfolio(installed(), text, names, timeout)
+    return _portfolio(installed() if name == "portfolio" else [name], text, names, timeout)
 
 
 def _run(name: str, text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict]:
@@ -114,8 +115,9 @@ def _child(name: str, text: str, names: list[str], timeout: Optional[float], con
 
 
 def _portfolio(names_: list[str], text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict, str]:
-    if len(names_) == 1:
-        return (*_run(names_[0], text, names, timeout), names_[0])
+    """Each solver in a forked process (bitwuzla and cvc5 do not stop for Ctrl-C; a child can be
+    killed): the first sat or unsat wins, and every child is stopped when this returns or is
+    interrupted."""
     ctx = multiprocessing.get_context("fork")
     procs, conns = [], []
     for s in names_:

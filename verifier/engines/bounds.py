@@ -52,6 +52,8 @@ from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 LEAF_INPUTS = 256  # a box with at most this many inputs is enumerated
 BATCH_POSITIONS = 1 << 20  # boxes x positions of one batch
+POINTS_PER_ROW = 4096  # a head-output box of at most this many codes is decided point by point
+POINTS_PER_CALL = 1 << 18
 LEAF_TABLES_AFTER = 1 << 14  # leaf inputs evaluated before the evaluator's layer-0 tables are worth building
 
 
@@ -109,6 +111,10 @@ class _Boxes:
 
     def take(self, rows: np.ndarray) -> "_Boxes":
         return _Boxes(self.dom[rows], self.case[rows], self.depth[rows], self.prefix[rows])
+
+    @staticmethod
+    def concat(a: "_Boxes", b: "_Boxes") -> "_Boxes":
+        return _Boxes(*(np.concatenate([getattr(a, k), getattr(b, k)]) for k in ("dom", "case", "depth", "prefix")))
 
 
 @dataclass
@@ -251,6 +257,7 @@ class _Run:
         self.fx: FixedPoint = problem.arith
         self.q = self.m.ev.q
         self.layer = self.q.layers[0]
+        self.track = problem.arith.overflow == "error"
         self._leaf_ev: Optional[Evaluator] = None
         self._rows: dict[int, tuple] = {}  # per linear map: its non-zero rows
         self._by_domain: dict = {}
@@ -309,15 +316,30 @@ class _Run:
         """Decide or split every box; the boxes left for the next round."""
         self.stats.boxes += len(boxes)
         self.stats.max_depth = max(self.stats.max_depth, int(boxes.depth.max(initial=0)))
-        leaf = self._sizes(boxes) <= LEAF_INPUTS
+        sizes = self._sizes(boxes)
+        # small boxes: with the answer known on single inputs, their inputs are bounded exactly
+        # (the bounds of one input are its values); otherwise they go to the evaluator
+        leaf = (sizes <= LEAF_INPUTS) & ((sizes > 1) | (self.answer_pos is None))
         if leaf.any():
-            self._enumerate(boxes.take(np.flatnonzero(leaf)), found)
+            small = boxes.take(np.flatnonzero(leaf))
             boxes = boxes.take(np.flatnonzero(~leaf))
+            members, case_of = self._members(small)
+            self.stats.leaves += len(small)
+            self.stats.leaf_inputs += len(members)
+            if self.answer_pos is None:
+                self._evaluate(members, case_of, found, must_fail=False)
+            else:
+                boxes = _Boxes.concat(boxes, _Boxes(-1 - members, case_of, np.full(len(case_of), boxes.depth.max(
+                    initial=0) + 1), np.full(len(case_of), -1)))
             if not len(boxes):
                 return boxes
         att = self._attention(boxes)
         lo, hi, ovf = self._head_outputs([h.raw_lo for h in att.heads], [h.raw_hi for h in att.heads])
         status = self._judge(boxes, lo, hi, att.ovf | ovf, self._truth(boxes), found)
+        single = np.flatnonzero((status == 0) & (boxes.dom < 0).all(axis=1))
+        if len(single):  # one input the bounds leave open (a possible saturation): the evaluator decides
+            self._evaluate(-1 - boxes.dom[single], boxes.case[single], found, must_fail=False)
+            status[single] = -1
         open_ = np.flatnonzero(status == 0)
         if len(open_) < len(boxes):
             boxes, att = boxes.take(open_), att.take(open_)
@@ -383,7 +405,7 @@ class _Run:
             dom = self._positions(boxes, rows, p)
             per = ("ovf", p)
             if per not in self._cache:
-                anyof = np.array([pair[:-1, d].any(axis=1) for d in self.domains]).reshape(-1, self.L - 1)
+                anyof = np.array([pair[:-1, d].any(axis=1) for d in self.domains]).reshape(len(self.domains), self.L - 1)
                 self._cache[per] = anyof
             single = dom < 0
             flags = np.where(single, pair[np.arange(self.L - 1), np.where(single, -1 - dom, 0)],
@@ -419,7 +441,7 @@ class _Run:
                 if self.m.pair_ovf is not None:
                     hit = h.logit_ovf[qrow[rows][:, None, None], kid] if p < 0 else \
                         h.logit_ovf[qrow[rows]][:, kid.reshape(-1)]
-                    ovf[rows] |= hit.reshape(n, -1).any(axis=1)
+                    ovf[rows] |= _any_per_row(hit)
             slo[:, -1] = shi[:, -1] = h.logits[qrow, h.k.rid[L - 1, qtok]]
             if self.m.pair_ovf is not None:
                 ovf |= h.logit_ovf[qrow, h.k.rid[L - 1, qtok]]
@@ -467,19 +489,49 @@ class _Run:
         lo, hi = np.stack(raw_lo, axis=1), np.stack(raw_hi, axis=1)
         if fx.accumulate == "wide":
             lo, hi = fx.round_shift(lo, fx.f), fx.round_shift(hi, fx.f)
-        ovf = ((lo < fx.lo) | (hi > fx.hi)).reshape(len(lo), -1).any(axis=1)
+        ovf = _any_per_row((lo < fx.lo) | (hi > fx.hi))
         return np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi), ovf
 
     def _judge(self, boxes: _Boxes, hlo: np.ndarray, hhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray,
                found: list) -> np.ndarray:
         """Per box: 1 correct on all of it, -1 (a failure found) or 0 (open)."""
-        ylo, yhi, post_ovf = self._post(hlo, hhi, -1 - boxes.dom[:, -1])
-        status, margin = self._verdict(ylo, yhi, ovf | post_ovf, truth)
+        status, margin = self._readout(hlo, hhi, -1 - boxes.dom[:, -1], ovf, truth)
         self.stats.margin(margin[status == 1])
         bad = np.flatnonzero(status == -1)
         if len(bad):
             status[bad] = self._failing(boxes.take(bad), found)
         return status
+
+    def _readout(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray, ovf: np.ndarray,
+                 truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Status and margin bound per row from its head-output bounds (rows, H, mv).
+
+        Interval bounds through the FFN lose the correlation of its units (each ReLU sees the
+        same head output); a row left open whose head-output box holds few codes is therefore
+        decided again at every code point of that box, exactly: the points hold every output the
+        heads can give, so the row is correct when every point is, and fails when every point does."""
+        ovf = ovf & self.track  # a saturation fails an input only under overflow = error
+        ylo, yhi, post_ovf = self._post(hlo, hhi, qtok)
+        status, margin = self._verdict(ylo, yhi, ovf | post_ovf, truth)
+        width = _rows(hhi - hlo + 1).astype(np.float64)
+        points = np.prod(width, axis=1)
+        rows = np.flatnonzero((status == 0) & (truth >= 0) & (points <= POINTS_PER_ROW))
+        rows = rows[np.cumsum(points[rows]) <= POINTS_PER_CALL]
+        if not len(rows):
+            return status, margin
+        count = points[rows].astype(np.int64)
+        row_of = np.repeat(np.arange(len(rows)), count)
+        local = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+        w = width[rows].astype(np.int64)[row_of]
+        stride = np.cumprod(np.concatenate([np.ones((len(w), 1), np.int64), w[:, :-1]], axis=1), axis=1)
+        code = _rows(hlo[rows])[row_of] + (local[:, None] // stride) % w
+        code = code.reshape((len(code),) + hlo.shape[1:])
+        plo, phi, povf = self._post(code, code, qtok[rows][row_of])
+        pstatus, pmargin = self._verdict(plo, phi, povf, truth[rows][row_of])
+        every = lambda ok: np.logical_and.reduceat(ok, np.cumsum(count) - count)
+        status[rows] = np.where(every(pstatus == 1) & ~ovf[rows], 1, np.where(every(pstatus == -1), -1, 0))
+        margin[rows] = np.minimum.reduceat(pmargin, np.cumsum(count) - count)
+        return status, margin
 
     def _post(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Readout bounds from head-output bounds (rows, H, mv), computed once per distinct row."""
@@ -492,7 +544,7 @@ class _Run:
         n = len(first)
         ctx = fx.context((n,))
         if layer.attention == "softmax":
-            lo, hi = lo.reshape(n, -1), hi.reshape(n, -1)
+            lo, hi = _rows(lo), _rows(hi)
         else:
             lo, hi = fx.mean_heads(lo, ctx, "heads"), fx.mean_heads(hi, ctx, "heads")
         lo, hi = self._lin(layer.W_O, None, lo, hi, ctx)
@@ -578,6 +630,7 @@ class _Run:
         failure (evaluated on the evaluator).  A filtered case's first member may not be an input,
         so its boxes stay open.  Their new status (-1, or 0 for those that stay open)."""
         filtered = self.filtered[boxes.case]
+        single = (boxes.dom < 0).all(axis=1)
         bad = np.flatnonzero(~filtered)
         ci = boxes.case[bad]
         first = bad[np.concatenate([[True], ci[1:] != ci[:-1]])] if len(bad) else bad
@@ -585,7 +638,9 @@ class _Run:
         sub = boxes.take(first)
         members = np.where(sub.dom < 0, -1 - sub.dom, firsts[np.maximum(sub.dom, 0)])
         self._evaluate(members, sub.case, found, must_fail=True)
-        return np.where(filtered, 0, -1)
+        alone = np.flatnonzero(filtered & single)  # one input of a filtered case: is it one, and does it fail?
+        self._evaluate(-1 - boxes.dom[alone], boxes.case[alone], found, must_fail=False)
+        return np.where(filtered & ~single, 0, -1)
 
     # -- branching ----------------------------------------------------------------------------
     def _branch_position(self, boxes: _Boxes, att: _Attention) -> np.ndarray:
@@ -662,8 +717,7 @@ class _Run:
             raw_lo.append(h.raw_lo[par] - old_lo[par] + new_lo)
             raw_hi.append(h.raw_hi[par] - old_hi[par] + new_hi)
         lo, hi, head_ovf = self._head_outputs(raw_lo, raw_hi)
-        ylo, yhi, post_ovf = self._post(lo, hi, -1 - boxes.dom[par, -1])
-        status, margin = self._verdict(ylo, yhi, ovf | head_ovf | post_ovf, truth[pick])
+        status, margin = self._readout(lo, hi, -1 - boxes.dom[par, -1], ovf | head_ovf, truth[pick])
         self.stats.margin(margin[status == 1])
         status = status[inv]
         bad = np.flatnonzero(status == -1)
@@ -672,18 +726,15 @@ class _Run:
         return status
 
     # -- leaves -------------------------------------------------------------------------------
-    def _enumerate(self, boxes: _Boxes, found: list) -> None:
-        """Every input of small boxes, on the evaluator."""
+    def _members(self, boxes: _Boxes) -> tuple[np.ndarray, np.ndarray]:
+        """Every input of small boxes (tokens, and the case of each)."""
         members, case_of = [], []
         for b in range(len(boxes)):
             lists = [self.domains[g] if g >= 0 else np.array([-1 - g]) for g in boxes.dom[b]]
             grid = np.array(np.meshgrid(*lists, indexing="ij")).reshape(len(lists), -1).T
             members.append(grid)
             case_of.append(np.full(len(grid), boxes.case[b]))
-        tokens = np.concatenate(members)
-        self.stats.leaves += len(boxes)
-        self.stats.leaf_inputs += len(tokens)
-        self._evaluate(tokens, np.concatenate(case_of), found, must_fail=False)
+        return np.concatenate(members), np.concatenate(case_of)
 
     def _evaluate(self, tokens: np.ndarray, case_of: np.ndarray, found: list, must_fail: bool) -> None:
         """Judge inputs on the evaluator; note the failures.  `must_fail`: the bounds say every
@@ -725,7 +776,7 @@ def _term_bounds(fx: FixedPoint, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarr
     lo, hi = np.minimum.reduce(corners), np.maximum.reduce(corners)
     if fx.accumulate == "product":
         lo, hi = fx.round_shift(lo, fx.f), fx.round_shift(hi, fx.f)
-        ovf |= ((lo < fx.lo) | (hi > fx.hi)).reshape(len(ovf), -1).any(axis=1)
+        ovf |= _any_per_row((lo < fx.lo) | (hi > fx.hi))
         lo, hi = np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi)
     return lo, hi
 
@@ -768,6 +819,15 @@ def _softmax_bounds(fx: FixedPoint, slo: np.ndarray, shi: np.ndarray, ovf: np.nd
     over = a_hi > fx.hi
     ovf[b[over]] = True
     return b, j, np.minimum(a_lo, fx.hi), np.minimum(a_hi, fx.hi)
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    """(n, ...) -> (n, everything else), also when a dimension is 0."""
+    return x.reshape(x.shape[0], int(np.prod(x.shape[1:], dtype=np.int64)))
+
+
+def _any_per_row(x: np.ndarray) -> np.ndarray:
+    return _rows(x).any(axis=1)
 
 
 def _max_excluding(x: np.ndarray) -> np.ndarray:
