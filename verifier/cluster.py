@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -159,7 +160,9 @@ class Cluster:
 
         def submit(item: Optional[tuple[int, tuple]]) -> None:
             if item is not None:
-                future = client.submit(fn, *item[1], pure=False)
+                with warnings.catch_warnings():  # a large model is one run's data, sent once: not a slowdown
+                    warnings.filterwarnings("ignore", message="Sending large graph")
+                    future = client.submit(fn, *item[1], pure=False)
                 futures[future] = item[0]
                 running.add(future)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -124,8 +125,11 @@ class Result:
                          "weights, task, arithmetic and engine")
         st = self.engine_stats
         if "decided_by_solver" in st:
+            won = st.get("answered_by") or {}  # the solver that decided each case, when it was not z3 alone
+            solver = (next(iter(won)) if len(won) == 1 else ", ".join(f"{who} {n}" for who, n in won.items())) \
+                if won else st["solver"]
             lines.append(f"  cases       {st['cases']} case splits: {st['decided_by_evaluation']} decided by partial "
-                         f"evaluation, {st['decided_by_solver']} by {st['solver']} ({st['theory']}) in "
+                         f"evaluation, {st['decided_by_solver']} by {solver} ({st['theory']}) in "
                          f"{st['solver_seconds']:.2f} s")
         if "boxes" in st:
             margin = st["certified_margin"]
@@ -161,8 +165,10 @@ def count_text(n: int) -> str:
     """An input count: with thousands separators, or in scientific notation from 10^12 on."""
     if n < 10 ** 12:
         return f"{n:,}"
-    digits = str(n)  # exact for counts beyond float64 (sigma^N)
-    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1:02d}"
+    if n < 10 ** 300:
+        return f"{n:.3g}"
+    mantissa, exponent = f"{Decimal(n):.2e}".split("e")  # beyond float64 (sigma^N): exact, rounded alike
+    return f"{mantissa}e{exponent}"
 
 
 def finite_or_none(x):

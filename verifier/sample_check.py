@@ -87,7 +87,7 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
     n_cases = sum(1 for _ in task.cases())
     budget = max(MIN_CASES * PER_CASE, CHECK_WORK // (task.max_len * getattr(problem.model, "d", 1)))
     chosen = _chosen_cases(n_cases, budget, pick)
-    n_random = max(RANDOM_PER_CASE, min(RANDOM_TOTAL, budget // (2 * len(chosen))))
+    n_random = max(RANDOM_PER_CASE, min(RANDOM_TOTAL, budget // 2) // len(chosen))
 
     def flush(length: int) -> None:
         nonlocal checked
