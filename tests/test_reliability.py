@@ -147,7 +147,7 @@ def test_threshold_code_is_exact():
 def test_a_wrong_symbolic_proof_is_caught_by_the_sample_check(monkeypatch):
     """If the solver claimed UNSAT for a failing case, the sample check withdraws the proof."""
     problem = verifier.build_problem("idxl", N=6, p=12, sigma=64, eta=1.0)
-    monkeypatch.setattr(Smt, "_solve", staticmethod(lambda enc, want, left, totals: ([], "unsat")))
+    monkeypatch.setattr(Smt, "_solve", staticmethod(lambda enc, want, left, totals, *solver: ([], "unsat")))
     with pytest.raises(InternalError, match=r"the proof of case n=\d+, p=\d+ is contradicted by the evaluator"):
         verifier.run(problem, "smt")
 
