@@ -134,7 +134,7 @@ class Result:
         if "boxes" in st:
             margin = st["certified_margin"]
             lines.append(f"  bounds      {st['cases']:,} case splits: {st['boxes']:,} boxes bounded, branching depth "
-                         f"<= {st['max_depth']}, {st['leaves']:,} boxes ({st['leaf_inputs']:,} inputs) enumerated"
+                         f"<= {st['max_depth']}, {st['leaves']:,} small boxes split into their {st['leaf_inputs']:,} inputs"
                          + (f"; every margin >= {margin:g} (certified)" if margin is not None else ""))
         if "reachable_pairs" in st:
             closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"

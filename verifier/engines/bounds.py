@@ -24,8 +24,10 @@ evaluated on the evaluator).  Otherwise the engine branches: on the position the
 then on the position whose logit bounds are widest, then on the one whose contribution is widest,
 into its single tokens.  A branch on a position whose logit does not depend on its token leaves
 every weight bound as it was, so its children are computed from the parent's sums (a table over
-the position's tokens) instead of anew.  Boxes of at most `LEAF_INPUTS` inputs are enumerated
-by the batched evaluator, so the engine is complete; it is also exact on a box of one input.
+the position's tokens) instead of anew.  A box of at most `LEAF_INPUTS` inputs is split into its
+inputs, whose bounds are their exact values (the batched evaluator decides them instead when the
+task does not say where the answer is, and decides any single input the bounds leave open), so
+the engine is complete.
 
 Cases of one length are processed together, as (boxes x positions) arrays; nothing loops over
 inputs.  Supported: one layer (softmax or ReLU attention, any heads, residual or not, FFN or not),
@@ -329,8 +331,8 @@ class _Run:
             if self.answer_pos is None:
                 self._evaluate(members, case_of, found, must_fail=False)
             else:
-                boxes = _Boxes.concat(boxes, _Boxes(-1 - members, case_of, np.full(len(case_of), boxes.depth.max(
-                    initial=0) + 1), np.full(len(case_of), -1)))
+                depth = np.repeat(small.depth + 1, sizes[leaf].astype(np.int64))
+                boxes = _Boxes.concat(boxes, _Boxes(-1 - members, case_of, depth, np.full(len(case_of), -1)))
             if not len(boxes):
                 return boxes
         att = self._attention(boxes)
