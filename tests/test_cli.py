@@ -76,9 +76,16 @@ def test_unknown_exit_3_on_timeout(capsys):
     assert "timeout" in doc["reason"] and f"inputs 0..{doc['inputs']['covered']}" in doc["reason"]
 
 
+def _as_a_terminal_starts_it() -> None:
+    """SIGINT at its default: a suite started in the background (`pytest &`) would pass on an
+    ignored SIGINT, and a background job rightly keeps running on Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_gives_unknown_with_count():
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "16", "--p", "12", "--sigma", "3",
-                             "--engine", "exhaustive", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                             "--engine", "exhaustive", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=_as_a_terminal_starts_it)
     time.sleep(5)  # past start-up (imports), well inside a run that would take hours
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

@@ -176,7 +176,8 @@ def test_an_interrupted_sweep_resumes_from_its_cache(tmp_path, scheduler):
     env = {**os.environ, "VERIFY_SCHEDULER": scheduler}
     db = tmp_path / "c.sqlite"
     proc = subprocess.Popen(_sweep("--cache", db), env=env, cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal starts it
     decided = 0
     for line in proc.stderr:  # Ctrl-C once a few points are decided, as a terminal sends it: to the group
         decided += line.startswith("N=")
