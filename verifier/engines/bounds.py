@@ -52,7 +52,7 @@ from ..model import Recurrent
 from ..tasks import Case
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
-LEAF_INPUTS = 256  # a box with at most this many inputs is enumerated
+LEAF_INPUTS = 256  # a box with at most this many inputs is split into its inputs at once
 BATCH_POSITIONS = 1 << 20  # boxes x positions of one batch
 POINTS_PER_ROW = 4096  # a head-output box of at most this many codes is decided point by point
 POINTS_PER_CALL = 1 << 18
