@@ -31,6 +31,7 @@ import numpy as np
 
 from .arithmetic import Arithmetic, Ctx, FixedPoint, Real, Recorder
 from .budget import require_memory
+from .errors import InputError
 from .model import Model, Recurrent
 
 _LOGIT_TABLE_LIMIT = 1 << 24  # pairs x m products computed for the layer-0 logit table
@@ -443,6 +444,15 @@ def trace(ev: Evaluator | RecurrentEvaluator, tokens: np.ndarray) -> tuple[Outpu
 
     out = ev.forward(np.asarray(tokens, dtype=np.int64)[None, :], rec=rec, locate=True)
     return out, values
+
+
+def fitting_evaluator(model: Model | Recurrent, arith: Arithmetic) -> Evaluator | RecurrentEvaluator:
+    """The batched evaluator with its layer-0 tables when they fit in memory, else on the generic
+    path (the same codes, computed from the weights for every input)."""
+    try:
+        return make_evaluator(model, arith)
+    except InputError:
+        return make_evaluator(model, arith, tables=False)
 
 
 def reference(model: Model | Recurrent) -> Evaluator | RecurrentEvaluator:

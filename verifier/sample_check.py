@@ -30,8 +30,8 @@ import numpy as np
 
 from .budget import Deadline
 from .engines.base import Problem
-from .errors import InputError, InternalError
-from .evaluator import make_evaluator
+from .errors import InternalError
+from .evaluator import fitting_evaluator
 from .tasks import Case
 
 RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
@@ -77,10 +77,7 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
     """Evaluate a sample of every case on the batched evaluator; InternalError at the first failure."""
     t0 = time.monotonic()
     task = problem.task
-    try:
-        ev = make_evaluator(problem.model, problem.arith)
-    except InputError:  # layer-0 tables too large to hold: the generic path
-        ev = make_evaluator(problem.model, problem.arith, tables=False)
+    ev = fitting_evaluator(problem.model, problem.arith)
     rng, pick = np.random.default_rng(seed), random.Random(seed)  # `pick` draws indices beyond int64
     pending: dict[int, list[tuple[str, np.ndarray]]] = {}
     checked = 0

@@ -45,8 +45,8 @@ import numpy as np
 from ..arithmetic import FixedPoint, exp_table
 from ..budget import TimedOut
 from ..encoding import threshold_code
-from ..errors import InputError, InternalError
-from ..evaluator import Evaluator
+from ..errors import InternalError
+from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
 from ..model import Recurrent
 from ..tasks import Case
@@ -762,10 +762,7 @@ class _Run:
         """The generic path for a few leaves; the evaluator's layer-0 tables once many are enumerated
         (when they fit)."""
         if self._leaf_ev is None and self.stats.leaf_inputs > LEAF_TABLES_AFTER:
-            try:
-                self._leaf_ev = Evaluator(self.m.ev.model, self.fx)
-            except InputError:
-                self._leaf_ev = self.m.ev
+            self._leaf_ev = fitting_evaluator(self.m.ev.model, self.fx)
         return self._leaf_ev or self.m.ev
 
 

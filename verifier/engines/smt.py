@@ -185,8 +185,8 @@ class Smt:
         if left is not None:
             solver.set("timeout", max(1, int(left * 1000)))
         solver.add(*cls._assertions(enc))
-        for tokens in found:
-            solver.add(z3.Or([tv != tokens[j] for j, tv in enumerate(S.tokens) if tv is not None] or [z3.BoolVal(False)]))
+        for tokens in found:  # another solver's answer: z3 looks for the next one
+            cls._block(solver, S, tokens)
         while len(found) < want:
             answer = solver.check()
             st = solver.statistics()
@@ -206,8 +206,13 @@ class Smt:
             tokens = [int(d[0]) if tv is None else model.eval(tv, model_completion=True).as_long()
                       for tv, d in zip(S.tokens, enc.case.domains)]
             found.append(tokens)
-            solver.add(z3.Or([tv != tokens[j] for j, tv in enumerate(S.tokens) if tv is not None] or [z3.BoolVal(False)]))
+            cls._block(solver, S, tokens)
         return found, "sat"
+
+    @staticmethod
+    def _block(solver, S, tokens: list[int]) -> None:
+        """No more models at this input."""
+        solver.add(z3.Or([tv != tokens[j] for j, tv in enumerate(S.tokens) if tv is not None] or [z3.BoolVal(False)]))
 
     @staticmethod
     def _found(ev: Evaluator | RecurrentEvaluator, task, enc, inputs: list[list[int]]) -> list[Found]:
