@@ -36,8 +36,9 @@ from verifier.result import count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.synthesis import synthesize
-from verifier.sweep import frontier, new_output, parse_range
-from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
+from verifier.sweep import format_frontier, frontier, new_output, parse_range
+from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
+from verifier.tasks.user import split_names
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
@@ -108,15 +109,20 @@ def run_options(fn):
     return fn
 
 
+CACHE_OPTIONS = [
+    click.option("--cache", "cache_path", type=click.Path(dir_okay=False), default=None,
+                 help="SQLite verdict cache (default: $XDG_CACHE_HOME/verify/results.sqlite)."),
+    click.option("--no-cache", is_flag=True, help="Decide every run again and store nothing."),
+]
+
+
 def cluster_options(fn):
     """Where a sweep's points or a check's specs run, and the verdict cache they resume from."""
     for opt in reversed([
         click.option("--scheduler", default=None,
                      help="serial, local (a Dask LocalCluster of both cores), or a Dask scheduler address "
                           "(tcp://host:8786). Default: local when Dask is installed, else serial."),
-        click.option("--cache", "cache_path", type=click.Path(dir_okay=False), default=None,
-                     help="SQLite verdict cache (default: $XDG_CACHE_HOME/verify/results.sqlite)."),
-        click.option("--no-cache", is_flag=True, help="Decide every run again and store nothing."),
+        *CACHE_OPTIONS,
     ]):
         fn = opt(fn)
     return fn
@@ -259,7 +265,8 @@ def _task_command(task_name: str, name: str) -> None:
 
 
 for _name in [*TASKS, *ALIASES]:
-    _task_command(canonical(_name), _name)
+    if canonical(_name) in CONSTRUCTIONS:  # the user's own tasks have no built-in construction
+        _task_command(canonical(_name), _name)
 
 
 @cli.command("run")
@@ -290,51 +297,55 @@ def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engi
 def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
     """Write a built-in construction as a model file (never overwrites)."""
     task = make_task(task_name, N=N, **options)
+    if task.name not in CONSTRUCTIONS:
+        raise InputError(f"{task.name} has no built-in construction to export")
     model = CONSTRUCTIONS[task.name].build(task, variant, k, eta, seed, f)
     path = verifier.save_model(model, output)
-    click.echo(f"wrote {path}: {model.info['construction']} construction ({model.info.get('variant')}), "
+    variant = model.info.get("variant", CONSTRUCTIONS[task.name].default)
+    click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), "
                f"task {task.name}, N={N}, d={model.d}, {model.n_params()} parameters")
     return 0
 
 
-@cli.command("sweep")
-@click.argument("task_name")
-@click.option("--N", "N_range", required=True, help="Range of N, e.g. 2..16.")
-@click.option("--p", "p_range", required=True, help="Range of p, e.g. 3..16.")
-@click.option("--f", "f", type=int, default=None, help="Fractional bits (default p // 2 for each p).")
-@click.option("--int-bits", "int_bits", type=int, default=None,
-              help="Integer bits, fixed: f = p - INT_BITS at each p (p* then measures fraction bits).")
-@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
-@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
-@click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
-@task_option_flags(ALL_TASK_OPTIONS)
-@construction_options()
-@click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
-@click.option("--timeout", type=SECONDS, default=None, help="Seconds per (N, p).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the table here (.csv or .json; never overwrites).")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
-              help="Table format on stdout (default markdown; the output file's suffix decides for -o).")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="Also draw p* against log2 N with the fit, as .png or .svg (needs matplotlib).")
-@cluster_options
-def sweep_cmd(task_name, N_range, p_range, f, int_bits, rounding, overflow, accumulate, variant, k, eta, seed, engine,
-              timeout, output, fmt, plot_path, scheduler, cache_path, no_cache, **options):
-    """The precision frontier: smallest p that proves the construction, for each N.
+def tracr_options(fn):
+    """How a RASP program is compiled by Tracr (`verify tracr`, `verify sweep tracr`)."""
+    for opt in reversed([
+        click.option("--max-len", "max_len", type=int, default=None,
+                     help="The longest input (Tracr's max_seq_len); required for a Tracr program."),
+        click.option("--causal", is_flag=True, help="Compile the Tracr program with causal attention."),
+        click.option("--mlp-exactness", "mlp_exactness", type=int, default=100, show_default=True,
+                     help="Tracr's MLP approximation parameter (larger: sharper, larger weights)."),
+    ]):
+        fn = opt(fn)
+    return fn
 
-    The (N, p) points run as Dask tasks; their verdicts are cached, so the same command run again
-    (after Ctrl-C, say) resumes.  Exit 0 when every run finished; 3 when the sweep was interrupted
-    (the table is marked partial)."""
-    Ns, ps = parse_range(N_range, "--N"), parse_range(p_range, "--p")
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def compile_tracr(program: str, vocab, max_len, causal: bool, mlp_exactness: int):
+    from verifier.importers.tracr import compile_program
+    if vocab is None or max_len is None:
+        raise InputError("a Tracr program needs --vocab a,b,c and --max-len N")
+    compiled = compile_program(program, split_names(vocab, "--vocab"), max_len, causal=causal,
+                               mlp_exactness=mlp_exactness)
+    click.echo(f"compiled {program} with Tracr: d={compiled.model.d}, {_count(len(compiled.model.layers), 'layer')}, "
+               f"{compiled.model.n_params()} parameters; float64 round trip against Tracr's forward pass: "
+               f"largest difference {compiled.round_trip_error:.3g}", err=True)
+    return compiled
+
+
+def sweep_frontier(task, Ns, ps, f, int_bits, output, fmt, plot_path, scheduler, cache_path, no_cache,
+                   **problem) -> int:
+    """Run a sweep and print (and write) its table; exit 3 when it was interrupted."""
     if output and not output.endswith((".csv", ".json")):
         raise InputError("-o must end in .csv or .json")
     if plot_path:
         plots.check_output(plot_path)
     cache = open_cache(cache_path, no_cache)
     with new_output(output) if output else contextlib.nullcontext() as fh:
-        fr = frontier(task_name, Ns, ps, engine=engine, timeout=timeout, f=f, int_bits=int_bits, rounding=rounding,
-                      overflow=overflow,
-                      accumulate=accumulate, variant=variant, k=k, eta=eta, seed=seed, **options,
+        fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
                       progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
         click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
                                              if cache is not None else ""), err=True)
@@ -346,6 +357,170 @@ def sweep_cmd(task_name, N_range, p_range, f, int_bits, rounding, overflow, accu
     if plot_path:
         click.echo(f"wrote {plots.save(plots.frontier_figure([fr.to_json()]), plot_path)}", err=True)
     return 3 if fr.partial else 0
+
+
+SWEEP_OUTPUT = [
+    click.option("--int-bits", "int_bits", type=int, default=None,
+                 help="Integer bits, fixed: f = p - INT_BITS at each p (p* then measures fraction bits)."),
+    click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+                 help="Write the table here (.csv or .json; never overwrites)."),
+    click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
+                 help="Table format on stdout (default markdown; the output file's suffix decides for -o)."),
+    click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+                 help="Also draw p* against log2 N with the fit, as .png or .svg (needs matplotlib)."),
+]
+
+
+def sweep_output_options(fn):
+    for opt in reversed(SWEEP_OUTPUT):
+        fn = opt(fn)
+    return fn
+
+
+@cli.command("sweep")
+@click.argument("task_name", required=False)
+@click.option("--task", "task_option", default=None, help="The task (instead of TASK_NAME), e.g. with --model.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+              help="Sweep this model file instead of the built-in construction.")
+@click.option("--program", default=None, help="With TASK_NAME tracr: the RASP program (as for verify tracr).")
+@click.option("--N", "N_range", default=None, help="Range of N, e.g. 2..16 (a Tracr program: its --max-len).")
+@click.option("--p", "p_range", required=True, help="Range of p, e.g. 3..16.")
+@click.option("--f", "f", type=int, default=None, help="Fractional bits (default p // 2 for each p).")
+@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
+@task_option_flags(ALL_TASK_OPTIONS)
+@construction_options()
+@tracr_options
+@click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds per (N, p).")
+@sweep_output_options
+@cluster_options
+def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f, rounding, overflow, accumulate,
+              variant, k, eta, seed, max_len, causal, mlp_exactness, engine, timeout, **rest):
+    """The precision frontier: smallest p that proves the construction (or --model, or a Tracr
+    program: verify sweep tracr --program lib:make_length --vocab a,b,c --max-len 4), for each N.
+
+    The (N, p) points run as Dask tasks; their verdicts are cached, so the same command run again
+    (after Ctrl-C, say) resumes.  Exit 0 when every run finished; 3 when the sweep was interrupted
+    (the table is marked partial)."""
+    if (task_name is None) == (task_option is None):
+        raise InputError("give the task once: as TASK_NAME or as --task")
+    task_name = task_name or task_option
+    options = {k: rest.pop(k) for k in [o.name for o in ALL_TASK_OPTIONS]}
+    ps = parse_range(p_range, "--p")
+    arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate, engine=engine, timeout=timeout)
+    if task_name == "tracr":
+        if program is None or model_path is not None or N_range is not None:
+            raise InputError("verify sweep tracr takes --program, --vocab and --max-len (not --model or --N)")
+        vocab = options.pop("vocab")
+        given = sorted(flag(k) for k, v in options.items() if v is not None)
+        if given or (variant, k, eta) != (None, None, None):
+            raise InputError(f"a Tracr program takes no task or construction options ({', '.join(given) or '--variant, --k, --eta'})")
+        compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
+        return sweep_frontier(compiled.task, [max_len], ps, f, model=compiled.model, **arith, **rest)
+    if program is not None or max_len is not None:
+        raise InputError("--program and --max-len are for verify sweep tracr")
+    if N_range is None:
+        raise InputError("--N is required (a range like 2..16)")
+    model = verifier.load_model(model_path) if model_path else None
+    return sweep_frontier(task_name, parse_range(N_range, "--N"), ps, f, model=model, variant=variant, k=k, eta=eta,
+                          seed=seed, **arith, **options, **rest)
+
+
+@cli.command("tracr")
+@click.argument("program")
+@click.option("--vocab", required=True, help="The program's tokens, comma-separated: a,b,c (in token-id order).")
+@tracr_options
+@click.option("--p", "p_range", default="2..24", show_default=True,
+              help="Bits: one p verifies at p; a range (a..b) finds the smallest p that proves the program.")
+@click.option("--f", "f_range", default=None,
+              help="Fractional bits (default p // 2); a range (0..8) finds p* at each f and the smallest format.")
+@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
+@click.option("--save", type=click.Path(dir_okay=False), default=None,
+              help="Also write the converted model as a model file (never overwrites).")
+@run_options
+@sweep_output_options
+@CACHE_OPTIONS[0]
+@CACHE_OPTIONS[1]
+def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, rounding, overflow, accumulate,
+              save, engine, solver, smtlib, timeout, max_counterexamples, start, stop, workers, scheduler, as_json,
+              dump, trace, int_bits, output, fmt, plot_path, cache_path, no_cache):
+    """Compile a RASP program with Tracr and verify the compiled weights against the RASP evaluator's
+    own answers, on every input up to --max-len.  PROGRAM: lib:make_length (Tracr's library; its SOp
+    arguments get rasp.tokens) or program.py[:NAME] (a SOp, or a function that returns one).
+
+    One --p: the verdict (exit 0 proved, 1 refuted, 3 unknown).  A range of p: p*, the smallest p
+    that proves it, and the counterexample at p* - 1; with a range of f too, p* at each f."""
+    deadline = Deadline(timeout)
+    ps = parse_range(p_range, "--p")
+    fs = parse_range(f_range, "--f") if f_range is not None else [None]
+    single = lambda text: text is not None and ".." not in text and "," not in text
+    compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
+    if save:
+        click.echo(f"wrote {verifier.save_model(compiled.model, save)}", err=True)
+    arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
+    if single(p_range):
+        if int_bits is not None or output or plot_path or not (f_range is None or single(f_range)):
+            raise InputError("--int-bits, -o, --plot and a range of --f are for a range of p")
+        problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], model=compiled.model, **arith)
+        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json,
+                      dump, trace, solver, smtlib)
+    if (max_counterexamples, start, stop, workers, as_json, dump, trace, solver, smtlib) != \
+            (1, 0, None, None, False, None, False, "z3", None):
+        raise InputError("with a range of p, verify tracr finds p*: the options of a single run do not apply")
+    sweep = dict(model=compiled.model, engine=engine, timeout=timeout, scheduler=scheduler, **arith)
+    if single(f_range) or f_range is None:
+        return sweep_frontier(compiled.task, [max_len], ps, fs[0], int_bits, output, fmt, plot_path,
+                              cache_path=cache_path, no_cache=no_cache, **sweep)
+    if int_bits is not None or plot_path or fmt == "csv" or (output and not output.endswith(".json")):
+        raise InputError("with a range of --f: no --int-bits or --plot, and -o FILE.json or --format json only")
+    with new_output(output) if output else contextlib.nullcontext() as fh:
+        table = format_frontier(compiled.task, max_len, ps, fs, cache=open_cache(cache_path, no_cache),
+                                progress=lambda line: click.echo(line, err=True), **sweep)
+        if fh is not None:
+            fh.write(json.dumps(table.to_json(), indent=2))
+            click.echo(f"wrote {output}", err=True)
+    click.echo(json.dumps(table.to_json(), indent=2) if fmt == "json" else table.to_markdown())
+    return 3 if any(fr.partial for _, fr in table.by_f) else 0
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
+              help="The model file to write (.npz; never overwrites).")
+@click.option("--vocab", required=True, help="The tokens of embed.W_E's rows, comma-separated, in row order.")
+@click.option("--act", type=click.Choice(["relu", "gelu"]), default=None,
+              help="The MLPs' activation (required with MLPs; gelu is refused: no exact rounding rule).")
+@click.option("--bidirectional", is_flag=True, help="Attention is not causal (TransformerLens's default is causal).")
+@click.option("--bos", default=None, help="A token of --vocab fixed at position 0 before every input.")
+@click.option("--rows", default=None,
+              help="Names of unembed.W_U's columns, comma-separated (default: --vocab, when it has as many).")
+@click.option("--positions", type=click.Choice(["last", "all"]), default="last", show_default=True,
+              help="Read the answer at the last position, or at every position (after BOS).")
+@click.option("--attn-scale", "attn_scale", type=SECONDS, default=None,
+              help="What attention scores are divided by (default sqrt(d_head), TransformerLens's).")
+def import_cmd(path, output, vocab, act, bidirectional, bos, rows, positions, attn_scale):
+    """Convert a state dict in TransformerLens naming (.safetensors, or .pt/.pth through torch's
+    weights-only loader) to a model file, after checking the conversion's float64 forward pass."""
+    from verifier.importers.transformer_lens import convert
+    imported = convert(path, split_names(vocab, "--vocab"), activation=act, causal=not bidirectional, bos=bos,
+                       rows=split_names(rows, "--rows") if rows is not None else None, positions=positions,
+                       attn_scale=attn_scale)
+    model = imported.model
+    written = verifier.save_model(model, output)
+    heads = "/".join(str(len(l.heads)) for l in model.layers)
+    mlps = sum(l.has_ffn for l in model.layers)
+    click.echo(f"imported {path} (TransformerLens naming): {_count(len(model.layers), 'layer')}, heads {heads}, "
+               f"d={model.d}, {_count(mlps, 'ReLU MLP')}, {'causal' if not bidirectional else 'bidirectional'} attention, "
+               f"{model.n_params()} parameters"
+               + (f"; skipped the buffers {', '.join(imported.skipped)}" if imported.skipped else ""))
+    click.echo(f"float64 round trip against the TransformerLens forward pass: largest difference "
+               f"{imported.round_trip_error:.3g}")
+    click.echo(f"wrote {written}")
+    return 0
 
 
 @cli.command("plot")
@@ -454,8 +629,11 @@ def list_cmd():
     """Every task, its construction, the theorem, and the construction's variants."""
     for name, task in TASKS.items():
         aliases = [a for a, t in ALIASES.items() if t == name]
-        c = CONSTRUCTIONS[name]
         opts = " ".join(o.flag for o in task.OPTIONS)
+        if name not in CONSTRUCTIONS:
+            click.echo(f"{name}: the user's own task, for verify run --model and sweep --model; options {opts}")
+            continue
+        c = CONSTRUCTIONS[name]
         size = getattr(task, "SIZE_FLAGS", ())
         click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {c.name}, "
                    f"{c.theorem}" + (f"; options {opts}" if opts else "")

@@ -36,7 +36,7 @@ from verifier.evaluator import make_evaluator
 from verifier.model import Readout, Recurrent
 from verifier.tasks import make_task
 
-from helpers import RandomLookupTask, perturbed_dyck_rnn, random_model
+from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
 from reference import RefFX, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 SOLVE_SECONDS = 15.0
@@ -93,7 +93,7 @@ def battery_problem(i: int) -> Problem:
                 make_task("induction_heads", int(rng.integers(1, 4)), sigma=int(rng.integers(2, 4))))
         if kind == "recurrent":
             return Problem(task, _random_recurrent(rng, task, fx), fx)
-        model = random_model(rng, len(task.vocab), task.max_len, C=task.num_classes, readout="argmax")
+        model = random_model(rng, task.vocab, task.max_len, C=task.num_classes, readout="argmax")
         model.readout.positions = "all"
         return Problem(task, model, fx)
     if kind == "random-idxl":
@@ -109,7 +109,9 @@ def battery_problem(i: int) -> Problem:
         options = dict(extreme=0.3, edges=_edges(fx))
     elif kind == "degenerate":
         options = dict(dims={key: 0 for key in ("d", "m", "mv", "h") if rng.random() < 0.5} or {"d": 0})
-    model = random_model(rng, len(task.vocab), task.max_len, C=task.num_classes, readout=task.readout, **options)
+    model = random_model(rng, task.vocab, task.max_len, C=task.num_classes, readout=task.readout, **options)
+    if np.random.default_rng(5000 + i).random() < 0.3:  # attention biases, drawn apart so the seeds keep their models
+        add_biases(model, np.random.default_rng(6000 + i))
     if task.readout == "argmax" and kind != "extreme" and rng.random() < 0.3:  # a constant answer it can get right
         model.readout.W_U[:] = 0
         model.readout.b_U[:] = np.where(np.arange(task.num_classes) == 0, 5.0, -5.0)

@@ -14,7 +14,7 @@ from verifier.model import Head, Layer, Model, Readout
 EXTREMES = (1e300, -1e300, 2.0 ** 40, -(2.0 ** 40), 2.0 ** 29, 1e-300, -1e-300, -0.0, 5e-324)
 
 
-def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, readout: str | None = None,
+def random_model(rng: np.random.Generator, V: int | list[str], max_len: int, C: int = 2, readout: str | None = None,
                  scale: float = 1.5, dims: Optional[dict] = None, extreme: float = 0.0,
                  edges: tuple = ()) -> Model:
     """1-2 layers, 1-2 heads, softmax or ReLU attention, causal or not, residual or not, FFN or not.
@@ -22,7 +22,10 @@ def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, rea
     `dims` fixes any of d, m, mv, h (0 gives degenerate, empty shapes), H (heads per layer) and
     attention ("softmax" or "relu"); with `extreme` > 0 that
     share of the weights (and theta) becomes an extreme constant: huge, tiny, or one of `edges`
-    (a format's exact range ends and half steps)."""
+    (a format's exact range ends and half steps).  `V` is the vocabulary size, or the task's
+    vocabulary (its names)."""
+    vocab = list(V) if isinstance(V, list) else [f"t{i}" for i in range(V)]
+    V = len(vocab)
     dims = dims or {}
     d = dims.get("d", int(rng.integers(2, 5)))
     m = dims.get("m", int(rng.integers(1, 4)))
@@ -54,8 +57,17 @@ def random_model(rng: np.random.Generator, V: int, max_len: int, C: int = 2, rea
     if extreme and rng.random() < extreme:
         theta = float(rng.choice(wild))
     model = Model(E=w(V, d), P=w(max_len, d), P_mask=rng.random(V) < 0.8, layers=layers,
-                  readout=Readout(w(C, d), w(C), kind, theta), vocab=[f"t{i}" for i in range(V)])
+                  readout=Readout(w(C, d), w(C), kind, theta), vocab=vocab)
     model.validate()
+    return model
+
+
+def add_biases(model: Model, rng: np.random.Generator) -> Model:
+    """Give every attention layer biases b_Q, b_K, b_V and b_O (model format version 2)."""
+    for layer in model.layers:
+        for h in layer.heads:
+            h.b_Q, h.b_K, h.b_V = (np.round(rng.normal(0, 1, len(W)) * 8) / 8 for W in (h.W_Q, h.W_K, h.W_V))
+        layer.b_O = np.round(rng.normal(0, 1, model.d) * 8) / 8
     return model
 
 
@@ -149,3 +161,17 @@ def perturbed_dyck_rnn(rng: np.random.Generator, share: float, step: float = 0.2
     move = lambda a: a + step * rng.choice([-1.0, 1.0], size=a.shape) * (rng.random(a.shape) < share)
     return Recurrent(move(m.U), move(m.W), move(m.b), m.h0,
                      Readout(move(m.readout.W_U), move(m.readout.b_U), "argmax", positions="all"), m.vocab)
+
+
+def tracr_outputs(sop_name: str, inputs: list[list[str]], vocab: set, max_len: int) -> list[tuple]:
+    """Tracr's own forward pass (float64) and the RASP evaluator on each input: (the residual stream
+    after the last layer at positions 1..n, RASP's answers).  Run it in a spawned process: JAX's
+    threads must stay out of a test process that forks."""
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    from tracr.compiler import compiling, lib
+    from tracr.rasp import rasp
+    sop = {"make_length": lambda: lib.make_length(), "make_reverse": lambda: lib.make_reverse(rasp.tokens)}[sop_name]()
+    assembled = compiling.compile_rasp_to_model(sop, vocab=vocab, max_seq_len=max_len, compiler_bos="BOS")
+    return [(np.asarray(assembled.apply(["BOS"] + words).transformer_output, dtype=np.float64)[0, 1:],
+             rasp.evaluate(sop, words)) for words in inputs]

@@ -96,7 +96,10 @@ def quantize_model(model, fx: RefFX) -> dict:
 
     q["layers"] = []
     for layer in model.layers:
-        ql = {"W_O": take(layer.W_O), "heads": [(take(h.W_Q), take(h.W_K), take(h.W_V)) for h in layer.heads]}
+        maybe = lambda b: None if b is None else take(b)
+        ql = {"W_O": take(layer.W_O), "b_O": maybe(layer.b_O),
+              "heads": [(take(h.W_Q), take(h.W_K), take(h.W_V), maybe(h.b_Q), maybe(h.b_K), maybe(h.b_V))
+                        for h in layer.heads]}
         if layer.has_ffn:
             ql["ffn"] = (take(layer.W1), take(layer.b1), take(layer.W2), take(layer.b2))
         q["layers"].append(ql)
@@ -127,10 +130,10 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
         for i in qpos:
             keys = [j for j in range(L) if not layer.causal or j <= i]
             outs = []
-            for WQ, WK, WV in ql["heads"]:
-                qv = [fx.dot(row, X[i]) for row in WQ]
-                ks = [[fx.dot(row, X[j]) for row in WK] for j in keys]
-                vs = [[fx.dot(row, X[j]) for row in WV] for j in keys]
+            for WQ, WK, WV, bQ, bK, bV in ql["heads"]:
+                qv = [fx.dot(row, X[i], b) for row, b in zip(WQ, bQ or [None] * len(WQ))]
+                ks = [[fx.dot(row, X[j], b) for row, b in zip(WK, bK or [None] * len(WK))] for j in keys]
+                vs = [[fx.dot(row, X[j], b) for row, b in zip(WV, bV or [None] * len(WV))] for j in keys]
                 s = [fx.dot(qv, k) for k in ks]
                 w = fx.softmax(s) if layer.attention == "softmax" else [max(0, x) for x in s]
                 outs.append([fx.dot(w, [v[c] for v in vs]) for c in range(len(WV))])
@@ -139,7 +142,7 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
             else:
                 H = len(outs)
                 heads = [fx.R(Fraction(sum(o[c] for o in outs), H) / 2 ** fx.f) for c in range(len(outs[0]))]
-            A = [fx.dot(row, heads) for row in ql["W_O"]]
+            A = [fx.dot(row, heads, b) for row, b in zip(ql["W_O"], ql["b_O"] or [None] * len(ql["W_O"]))]
             x = [fx.sat(a + b) for a, b in zip(X[i], A)] if layer.residual else A
             if layer.has_ffn:
                 W1, b1, W2, b2 = ql["ffn"]
@@ -149,6 +152,8 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
             new_X.append(x)
         X = new_X
     WU, bU = q["U"]
+    if every and model.bos is not None:  # the BOS position's own output is not read
+        X = X[1:]
     ys = [[fx.dot(row, x, b) for row, b in zip(WU, bU)] for x in X]
     return (ys if every else ys[-1]), fx.ovf
 

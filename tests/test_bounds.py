@@ -19,7 +19,7 @@ from helpers import RandomLookupTask, random_model
 
 
 def one_layer(rng: np.random.Generator, task, **dims):
-    model = random_model(rng, len(task.vocab), task.max_len, C=task.num_classes, readout=task.readout, dims=dims)
+    model = random_model(rng, task.vocab, task.max_len, C=task.num_classes, readout=task.readout, dims=dims)
     model.layers = model.layers[:1]
     return model
 
@@ -36,7 +36,7 @@ def test_class_tables_are_the_evaluators_tables(seed):
     rows = np.arange(L)[:, None] * V + np.arange(V)[None, :]  # the evaluator's row of (position, token)
     kv_ovf = embedding_overflow(fx, q.E, q.P, q.P_mask)
     for hi, head in enumerate(q.layers[0].heads):
-        tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, W) for W in (head.W_Q, head.W_K, head.W_V))
+        tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(head, W), getattr(head, b)) for W, b in head.MAPS)
         assert (tq.values[tq.rid] == t.q[hi][rows]).all()
         assert (tk.values[tk.rid] == t.k[hi][rows]).all()
         assert (tv.values[tv.rid] == t.v[hi][rows]).all()
@@ -52,7 +52,7 @@ def test_a_large_construction_takes_few_classes():
     ev = Evaluator(problem.model, problem.arith, tables=False)
     q = ev.q
     head = q.layers[0].heads[0]
-    tq, tk, tv = (class_table(ev.arith, q.E, q.P, q.P_mask, W) for W in (head.W_Q, head.W_K, head.W_V))
+    tq, tk, tv = (class_table(ev.arith, q.E, q.P, q.P_mask, getattr(head, W), getattr(head, b)) for W, b in head.MAPS)
     assert (tq.classes, tk.classes, tv.classes) == (65, 66, 65)  # of 65 x 128 (position, token) pairs
 
 

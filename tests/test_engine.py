@@ -49,7 +49,7 @@ def test_engine_matches_reference_loop_on_random_models():
     rng = np.random.default_rng(11)
     for trial in range(15):
         task = IndexLookup(3, 2)
-        model = random_model(rng, len(task.vocab), task.max_len, C=2, readout="argmax", scale=2.0)
+        model = random_model(rng, task.vocab, task.max_len, C=2, readout="argmax", scale=2.0)
         p = int(rng.integers(4, 9))
         problem = verifier.build_problem("idxl", N=3, p=p, model=model)
         result = verifier.run(problem, max_counterexamples=task.total)

@@ -34,13 +34,14 @@ def idxl4(capsys, tmp_path):
     return path
 
 
-def _set(path, value):
-    """A meta editor: set the value at a path of keys and indices."""
+def _set(path, value, then=None):
+    """A meta editor: set the value at a path of keys and indices (and `then` = (path, value) too)."""
     def edit(meta):
-        node = meta
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
+        for at, v in [(path, value)] + ([then] if then else []):
+            node = meta
+            for key in at[:-1]:
+                node = node[key]
+            node[at[-1]] = v
     return edit
 
 
@@ -62,7 +63,14 @@ MODEL_CASES = [
     ("attention", dict(meta=_set(["layers", 0, "attention"], "linear")),
      'layers[0].attention: expected one of "softmax", "relu", got the string "linear"'),
     ("unknown", dict(meta=_set(["extra"], 1)), "meta: unknown key 'extra'"),
-    ("version", dict(meta=_set(["version"], 2)), "meta: version: expected 1, got 2"),
+    ("version", dict(meta=_set(["version"], 3)), "meta: version: expected one of 1, 2, got 3"),
+    ("v2-key-in-v1", dict(meta=_set(["version"], 1, then=(["bos"], "a"))), 'meta has bos, which need "version": 2'),
+    ("gelu", dict(meta=_set(["layers", 0, "activation"], "gelu")),
+     "layers[0].activation is 'gelu'; only relu is supported: GELU has no exact fixed-point rounding rule"),
+    ("layer-norm", dict(meta=_set(["layers", 0, "layer_norm"], True)), "LayerNorm is not supported: fold"),
+    ("bos-unknown", dict(meta=_set(["bos"], "<s>")), "metadata 'bos' names '<s>', which is not in the vocabulary"),
+    ("rows-count", dict(meta=_set(["readout", "rows"], ["a"])), "readout rows has 1 names (1 distinct), expected 2"),
+    ("biases-missing", dict(meta=_set(["layers", 0, "attention_biases"], True)), "array 'L0.H0.b_Q' is missing"),
     ("dup-key", dict(raw_meta='{"format": "verify-model", "format": "x"}'), "duplicate key 'format'"),
     ("complex", dict(arrays=_array("E", lambda a: a.astype(complex))), "array 'E' has dtype complex128"),
     ("timedelta", dict(arrays=_array("E", lambda a: a.astype("timedelta64[s]"))), "array 'E' has dtype timedelta64"),

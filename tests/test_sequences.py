@@ -140,7 +140,7 @@ def test_exhaustive_and_smt_agree_on_random_per_position_models():
     rng = np.random.default_rng(3)
     verdicts = []
     for seed in range(12):
-        model = random_model(rng, len(task.vocab), task.max_len, C=task.num_classes, readout="argmax",
+        model = random_model(rng, task.vocab, task.max_len, C=task.num_classes, readout="argmax",
                              dims={"attention": "softmax"})
         model.readout.positions = "all"
         problem = Problem(task, model, FixedPoint(8, 3))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -23,11 +23,12 @@ from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
 from .engines import Found, Problem, RunOptions, Tick, choose
 from .errors import InputError, InternalError
-from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, reference, trace
+from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
 from .model import Model, Recurrent, weights_sha256
 from .result import Counterexample, Result
 from .sample_check import sample_check
-from .tasks import canonical, make_task
+from .tasks import Task, canonical, make_task
+from .tasks.bos import WithBos
 
 MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
 
@@ -45,31 +46,52 @@ class Traced:
     real_margin: float
 
 
-def build_problem(task: str = "index_lookup", *, N: int, p: int, f: Optional[int] = None,
-                  rounding: str = "floor", overflow: str = "saturate", accumulate: str = "product",
-                  variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
-                  seed: int = 0, model: Optional[Model | Recurrent] = None, **task_options) -> Problem:
+def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = None, p: int,
+                  f: Optional[int] = None, rounding: str = "floor", overflow: str = "saturate",
+                  accumulate: str = "product", variant: Optional[str] = None, k: Optional[int] = None,
+                  eta: Optional[float] = None, seed: int = 0, model: Optional[Model | Recurrent] = None,
+                  **task_options) -> Problem:
     """The task at size N (with its options, e.g. ``sigma=4``), the arithmetic, and the built-in
-    construction in the given variant (default: corrected), or the given model."""
-    name = canonical(task)
-    t = make_task(name, N=N, **task_options)
+    construction in the given variant (default: corrected), or the given model.  `task` may also
+    be a task object (a `ReferenceTask` built from a Python function, say); N is then its own."""
+    if isinstance(task, str):
+        if N is None:
+            raise InputError("the task's size N is required")
+        t = make_task(canonical(task), N=N, **task_options)
+    elif N is not None and N != task.N or task_options:
+        raise InputError("a task object has its size and options already; give neither N nor options")
+    else:
+        t = task
     arith = FixedPoint(p, f, rounding, overflow, accumulate)
     built_in = model is None
     if built_in:
-        model = CONSTRUCTIONS[name].build(t, variant, k, eta, seed, arith.f)
+        if t.name not in CONSTRUCTIONS:
+            raise InputError(f"{t.name} has no built-in construction; give a model (--model)")
+        model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, arith.f)
     elif (k, eta, variant) != (None, None, None):
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
-    check_compatible(model, t)
+    model, t = check_compatible(model, t)
     arith.check_capacity(model.widest_sum())  # a format int64 cannot hold fails now, not in the engine
     return Problem(t, model, arith, built_in)
 
 
-def check_compatible(model: Model | Recurrent, task) -> None:
+def check_compatible(model: Model | Recurrent, task) -> tuple[Model | Recurrent, "Task"]:
+    """Check that the model reads the task's inputs and gives its answers; return the pair as the
+    engines see it: the task behind the model's BOS token (`WithBos`), and the readout's rows in
+    the task's class order (named rows: the task's classes first, the model's other rows after,
+    where a prediction is a failure)."""
     model.validate()
+    if model.bos is not None:
+        task = WithBos(task, model.bos)
     if len(model.vocab) != len(task.vocab):
-        raise InputError(f"the model has {len(model.vocab)} tokens but {task.name} at this size has "
-                         f"{len(task.vocab)} ({' '.join(task.vocab[:6])}{' ...' if len(task.vocab) > 6 else ''})")
+        raise InputError(f"the model has {len(model.vocab)} tokens ({_names(model.vocab)}) but {task.name} at "
+                         f"this size has {len(task.vocab)} ({_names(task.vocab)})")
+    if list(model.vocab) != list(task.vocab):
+        wrong = next(i for i, (a, b) in enumerate(zip(model.vocab, task.vocab)) if a != b)
+        raise InputError(f"the model's vocabulary is not {task.name}'s: token {wrong} is {model.vocab[wrong]!r} in "
+                         f"the model, {task.vocab[wrong]!r} in the task (expected {_names(task.vocab)}"
+                         + (", the BOS token last" if model.bos is not None else "") + ")")
     if model.max_len is not None and model.max_len < task.max_len:
         raise InputError(f"the model has position embeddings for {model.max_len} positions; "
                          f"{task.name} needs {task.max_len} (array 'P' rows)")
@@ -79,10 +101,31 @@ def check_compatible(model: Model | Recurrent, task) -> None:
                          f"model's readout reads {'every' if every else 'the last'} position (meta readout.positions)")
     if model.readout.kind != task.readout:
         raise InputError(f"{task.name} needs a readout of kind {task.readout}; the model's is {model.readout.kind}")
+    if model.readout.rows is not None:
+        return _rows_in_class_order(model, task), task
     rows = model.readout.W_U.shape[0]
     if rows != task.num_classes:
         unit = "class" if task.readout == "argmax" else "output bit"
         raise InputError(f"array 'U.W' has {rows} rows; {task.name} needs one per {unit} ({task.num_classes})")
+    return model, task
+
+
+def _names(names: list[str]) -> str:
+    return " ".join(names[:8]) + (f" ... {len(names)} in all" if len(names) > 8 else "")
+
+
+def _rows_in_class_order(model: Model | Recurrent, task) -> Model | Recurrent:
+    """The model with its readout rows reordered: row c is the task's class c (found by name), the
+    rows that name no class follow.  Reordering rows of W_U and b_U changes no score."""
+    ro = model.readout
+    classes = [task.answer_name(c) for c in range(task.num_classes)]
+    missing = [c for c in classes if c not in ro.rows]
+    if missing:
+        raise InputError(f"the model's readout rows ({_names(ro.rows)}) have no row for {task.name}'s "
+                         f"answer{'s' if len(missing) > 1 else ''} {_names(missing)}")
+    order = [ro.rows.index(c) for c in classes] + [r for r, name in enumerate(ro.rows) if name not in classes]
+    readout = replace(ro, W_U=ro.W_U[order], b_U=ro.b_U[order], rows=None)
+    return replace(model, readout=readout, info={**model.info}, source=model.source)
 
 
 def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1, timeout: Optional[float] = None,
@@ -230,7 +273,8 @@ def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | Recur
         index=found.index, tokens=[int(x) for x in t.tokens], input=task.render(t.tokens),
         expected=task.answer_name(mine[0]), produced=_produced_name(task, t.out, at), reason=mine[2],
         margin=t.margin, overflow_at=list(t.out.where), real_produced=_produced_name(task, t.real_out, at),
-        real_margin=t.real_margin, trace=t.table, position=at)
+        real_margin=t.real_margin, trace=t.table,
+        position=None if at is None else at + read_from(problem.model))  # in the input, BOS included
 
 
 def _claim(task, expected: int, produced: int, reason: Optional[str], position: Optional[int]) -> str:

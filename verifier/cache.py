@@ -26,6 +26,7 @@ from .errors import InputError
 from .model import weights_sha256
 from .result import Result
 from .tasks import task_options
+from .tasks.base import split_path
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, what TEXT NOT NULL, result TEXT NOT NULL, " \
          "stored REAL NOT NULL)"
@@ -54,7 +55,9 @@ def file_sha256(path: str | Path) -> str:
 
 def option_files(task: str, options: dict) -> dict:
     """The files the task's options name (option -> path): their bytes are part of a run's key."""
-    return {o.name: options[o.name] for o in task_options(task) if o.path and options.get(o.name) is not None}
+    named = {o.name: split_path(options[o.name])[0] for o in task_options(task)
+             if o.path and isinstance(options.get(o.name), str)}
+    return {name: file for name, file in named.items() if file is not None}
 
 
 def run_key(problem: Problem, engine: str, start: int = 0, stop: Optional[int] = None,

@@ -19,7 +19,7 @@ import numpy as np
 import z3
 
 from .budget import Deadline
-from .evaluator import Evaluator, RecurrentEvaluator, make_evaluator, readout_margins, trace
+from .evaluator import Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
 from .symbolic import Sym, SymFX
 from .tasks import Case
 
@@ -217,8 +217,8 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
             if li == 0:
                 Vs = [[S.lookup(j, t.v[hi][rows[j], c]) for c in range(head.W_V.shape[0])] for j in range(L)]
             else:
-                Ks = [lin(head.W_K, X[j]) for j in range(L)]
-                Vs = [lin(head.W_V, X[j]) for j in range(L)]
+                Ks = [lin(head.W_K, X[j], head.b_K) for j in range(L)]
+                Vs = [lin(head.W_V, X[j], head.b_V) for j in range(L)]
             for n, i in enumerate(qpos):
                 if deadline is not None:
                     deadline.check()
@@ -232,7 +232,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                         for j, a, b in zip(keys[i], bounds, bounds[1:]):
                             S.note(S.pair(i, j, ctx.ovf[:, a:b]))
                 else:
-                    Qi = lin(head.W_Q, Xq[n])
+                    Qi = lin(head.W_Q, Xq[n], head.b_Q)
                     logits = [dot(Qi, Ks[j]) for j in keys[i]]
                 weights = softmax(S, logits) if layer.attention == "softmax" else [S.relu(s) for s in logits]
                 outs[n].append([dot(weights, [Vs[j][c] for j in keys[i]]) for c in range(head.W_V.shape[0])])
@@ -247,7 +247,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                 H = len(outs[n])
                 heads = [S.sat(S.round_div(S.total([o[c] for o in outs[n]]), S.const(H)))
                          for c in range(len(outs[n][0]))]
-            A = lin(layer.W_O, heads)
+            A = lin(layer.W_O, heads, layer.b_O)
             x = add(Xq[n], A) if layer.residual else A
             rec.setdefault(f"L{li}.heads", []).append(heads)
             rec.setdefault(f"L{li}.resid", []).append(x)
@@ -267,7 +267,7 @@ def _specification(ev, case: Case, maps: _Maps, X: list, rec: dict) -> Encoding:
     q, S = ev.q, maps.S
     truth = case.truth(S)
     if q.readout.positions == "all":  # a failure at any position
-        y = [maps.lin(q.readout.W_U, x, q.readout.b_U) for x in X]
+        y = [maps.lin(q.readout.W_U, x, q.readout.b_U) for x in X[read_from(q):]]
         fail = S.any([_wrong(S, q.readout, yi, ti) for yi, ti in zip(y, truth)])
     else:
         y = maps.lin(q.readout.W_U, X[-1], q.readout.b_U)

@@ -15,7 +15,8 @@ A readout at the last position only (the default) lets the last layer compute it
 readout at the last position only; keys and values are still computed at every position.
 Saturations that cannot influence the output are therefore not computed and not reported under
 ``overflow = error``.  A readout at every position (``Readout.positions = "all"``) computes them
-everywhere, and answers are then (B, L): an input fails when any position does (`judge`).
+everywhere, and answers are then (B, L): an input fails when any position does (`judge`); after
+a BOS token (``Model.bos``) the BOS position itself is not read, so answers are (B, L - 1).
 
 Linear maps skip the columns that are zero after quantization: R(0 * x) = 0 in every rounding
 mode, so skipping them is exact.  A map whose rows each have few non-zeros (the identity blocks of
@@ -272,9 +273,9 @@ class Evaluator(_Reader):
         layer = q.layers[0]
         kv_ctx, q_ctx = arith.context((R,)), arith.context((R,))
         x0 = self._embed(tok, pos, kv_ctx)
-        qs = [self._lin(h.W_Q, x0, None, q_ctx, f"L0.H{i}.q") for i, h in enumerate(layer.heads)]
-        ks = [self._lin(h.W_K, x0, None, kv_ctx, f"L0.H{i}.k") for i, h in enumerate(layer.heads)]
-        vs = [self._lin(h.W_V, x0, None, kv_ctx, f"L0.H{i}.v") for i, h in enumerate(layer.heads)]
+        qs = [self._lin(h.W_Q, x0, h.b_Q, q_ctx, f"L0.H{i}.q") for i, h in enumerate(layer.heads)]
+        ks = [self._lin(h.W_K, x0, h.b_K, kv_ctx, f"L0.H{i}.k") for i, h in enumerate(layer.heads)]
+        vs = [self._lin(h.W_V, x0, h.b_V, kv_ctx, f"L0.H{i}.v") for i, h in enumerate(layer.heads)]
         q_ovf = q_ctx.ovf | kv_ctx.ovf  # a query row is built from the row's embedding too
         logits = logit_ovf = None
         m = qs[0].shape[1] if qs else 0
@@ -326,9 +327,9 @@ class Evaluator(_Reader):
                     else:
                         S = arith.scores(t.q[hi][qrows], t.k[hi][rows], ctx, f"{name}.logits", mask)
                 else:
-                    Qh = self._lin(head.W_Q, Xq, None, ctx, f"{name}.q")
-                    Kh = self._lin(head.W_K, X, None, ctx, f"{name}.k")
-                    Vh = self._lin(head.W_V, X, None, ctx, f"{name}.v")
+                    Qh = self._lin(head.W_Q, Xq, head.b_Q, ctx, f"{name}.q")
+                    Kh = self._lin(head.W_K, X, head.b_K, ctx, f"{name}.k")
+                    Vh = self._lin(head.W_V, X, head.b_V, ctx, f"{name}.v")
                     S = arith.scores(Qh, Kh, ctx, f"{name}.logits", mask)
                     if rec:
                         rec(f"{name}.q", Qh), rec(f"{name}.k", Kh), rec(f"{name}.v", Vh), rec(f"{name}.logits", S)
@@ -344,7 +345,7 @@ class Evaluator(_Reader):
                 heads = np.concatenate(outs, axis=-1)
             else:
                 heads = arith.mean_heads(np.stack(outs, axis=-2), ctx, f"L{li}.heads")
-            A = self._lin(layer.W_O, heads, None, ctx, f"L{li}.attn_out")
+            A = self._lin(layer.W_O, heads, layer.b_O, ctx, f"L{li}.attn_out")
             Xq = arith.add(Xq, A, ctx, f"L{li}.resid") if layer.residual else A
             if rec:
                 rec(f"L{li}.heads", heads), rec(f"L{li}.attn_out", A), rec(f"L{li}.resid", Xq)
@@ -355,7 +356,7 @@ class Evaluator(_Reader):
                 if rec:
                     rec(f"L{li}.ffn_hidden", hidden), rec(f"L{li}.ffn_out", F), rec(f"L{li}.out", Xq)
             X = Xq
-        y = self._lin(q.readout.W_U, X if every else X[:, -1], q.readout.b_U, ctx, "readout")
+        y = self._lin(q.readout.W_U, X[:, read_from(q):] if every else X[:, -1], q.readout.b_U, ctx, "readout")
         if rec:
             rec("readout.scores", y)
         pred, tie = self._decide(y)
@@ -402,6 +403,12 @@ class RecurrentEvaluator(_Reader):
         ro = self.q.readout
         y = self.arith.lin(ro.W_U, h, ro.b_U, ctx, "readout")
         return (y, *self._decide(y))
+
+
+def read_from(model: Model) -> int:
+    """The first position a readout at every position reads: 1 after a BOS token (whose own output
+    is not an answer), else 0."""
+    return 0 if model.bos is None else 1
 
 
 def _batch(cost: int) -> int:

@@ -17,6 +17,7 @@ for every pair of the class, and its saturation flag is the flag the evaluator w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 import numpy as np
 
 from .arithmetic import FixedPoint
@@ -42,8 +43,9 @@ class ClassTable:
         return len(self.values)
 
 
-def class_table(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray) -> ClassTable:
-    """The classes of ``W x0`` over (position, token) pairs, from the quantized embedding E, P."""
+def class_table(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray,
+                b: Optional[np.ndarray] = None) -> ClassTable:
+    """The classes of ``W x0 + b`` over (position, token) pairs, from the quantized embedding E, P."""
     L, V = P.shape[0], E.shape[0]
     cols = np.flatnonzero(np.any(W != 0, axis=0))
     Ec, Pc = E[:, cols], P[:, cols]
@@ -57,7 +59,7 @@ def class_table(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray
     at_pos, at_tok = np.divmod(first, V)
     ctx = fx.context((len(uniq),))
     x = fx.add(Ec[at_tok], np.where(P_mask[at_tok][:, None], Pc[at_pos], 0), ctx, "embed")
-    values = _lin_chunked(fx, W[:, cols], x, ctx)
+    values = _lin_chunked(fx, W[:, cols], x, b, ctx)
     return ClassTable(rid.reshape(L, V).astype(np.int64), values, ctx.ovf.copy())
 
 
@@ -74,13 +76,13 @@ def embedding_overflow(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.
     return out
 
 
-def _lin_chunked(fx: FixedPoint, W: np.ndarray, x: np.ndarray, ctx) -> np.ndarray:
+def _lin_chunked(fx: FixedPoint, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx) -> np.ndarray:
     """fx.lin on row chunks, each temporary (rows x out x in) below _CHUNK elements."""
     rows = max(1, _CHUNK // max(W.size, 1))
     out = np.empty((len(x), W.shape[0]), dtype=np.int64)
     for a in range(0, len(x), rows):
         sub = fx.context((min(rows, len(x) - a),))
-        out[a:a + rows] = fx.lin(W, x[a:a + rows], None, sub, "lin")
+        out[a:a + rows] = fx.lin(W, x[a:a + rows], b, sub, "lin")
         ctx.ovf[a:a + rows] |= sub.ovf
     return out
 

@@ -29,7 +29,8 @@ from .errors import InputError
 from .schema import parse_json, regular_file, show, validate
 
 FORMAT_NAME = "verify-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+FORMAT_VERSIONS = (1, 2)  # version 1 files (no BOS, biases or named readout rows) keep loading
 ATTENTIONS = ATTENTION_KINDS
 READOUTS = ("argmax", "threshold")
 READ_POSITIONS = ("last", "all")
@@ -44,21 +45,31 @@ META_SCHEMA = {
     "required": ["format", "version", "vocab"],
     "properties": {
         "format": {"type": "string", "const": FORMAT_NAME},
-        "version": {"type": "integer", "const": FORMAT_VERSION},
+        "version": {"type": "integer", "enum": list(FORMAT_VERSIONS)},
         "vocab": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string", "minLength": 1}},
+        "bos": {"type": "string", "minLength": 1,
+                "description": "version 2: a vocabulary token fixed at position 0 before every input"},
         "layers": {"type": "array", "minItems": 1, "items": {
             "type": "object", "additionalProperties": False, "required": ["heads"],
             "properties": {"heads": {"type": "integer", "minimum": 1},
                            "attention": {"type": "string", "enum": list(ATTENTIONS)},
                            "residual": {"type": "boolean"}, "causal": {"type": "boolean"},
-                           "ffn": {"type": "boolean"}}}},
+                           "ffn": {"type": "boolean"},
+                           "attention_biases": {"type": "boolean",
+                                                "description": "version 2: arrays b_Q, b_K, b_V per head, b_O"},
+                           "activation": {"type": "string", "description": "the FFN's: relu (gelu is refused)"},
+                           "layer_norm": {"type": "boolean", "description": "must be false (fold it first)"}}}},
         "recurrent": {"type": "object", "additionalProperties": False, "required": ["hidden"],
                       "description": "an Elman network instead of layers: arrays R.U, R.W, R.b, R.h0",
                       "properties": {"hidden": {"type": "integer", "minimum": 1}}},
         "readout": {"type": "object", "additionalProperties": False, "required": ["kind"],
                     "properties": {"kind": {"type": "string", "enum": list(READOUTS)},
                                    "theta": {"type": "number"},
-                                   "positions": {"type": "string", "enum": list(READ_POSITIONS)}}},
+                                   "positions": {"type": "string", "enum": list(READ_POSITIONS)},
+                                   "rows": {"type": "array", "minItems": 1, "uniqueItems": True,
+                                            "items": {"type": "string", "minLength": 1},
+                                            "description": "version 2: a name per row of U.W; the task's "
+                                                           "answers are the rows of their names"}}},
         "info": {"type": "object", "description": "free-form: the construction and its parameters"},
     },
 }
@@ -69,6 +80,15 @@ class Head:
     W_Q: np.ndarray  # (m, d)
     W_K: np.ndarray  # (m, d)
     W_V: np.ndarray  # (m_v, d)
+    b_Q: Optional[np.ndarray] = None  # (m,)   q = W_Q x + b_Q
+    b_K: Optional[np.ndarray] = None  # (m,)
+    b_V: Optional[np.ndarray] = None  # (m_v,)
+
+    MAPS = (("W_Q", "b_Q"), ("W_K", "b_K"), ("W_V", "b_V"))
+
+    @property
+    def has_biases(self) -> bool:
+        return self.b_Q is not None
 
 
 @dataclass
@@ -82,10 +102,15 @@ class Layer:
     b1: Optional[np.ndarray] = None  # (h,)
     W2: Optional[np.ndarray] = None  # (d, h)
     b2: Optional[np.ndarray] = None  # (d,)
+    b_O: Optional[np.ndarray] = None  # (d,) with attention biases: W_O heads + b_O
 
     @property
     def has_ffn(self) -> bool:
         return self.W1 is not None
+
+    @property
+    def has_biases(self) -> bool:
+        return self.b_O is not None
 
 
 @dataclass
@@ -99,6 +124,7 @@ class Readout:
     kind: str = "argmax"
     theta: float = 0.0
     positions: str = "last"
+    rows: Optional[list[str]] = None  # a name per row: the task's answers are read by name
 
 
 @dataclass
@@ -111,6 +137,7 @@ class Model:
     vocab: list[str]
     info: dict = field(default_factory=dict)  # construction name and parameters
     source: Optional[str] = None  # the file it was read from
+    bos: Optional[str] = None  # a token fixed at position 0; the task's input follows it
 
     @property
     def d(self) -> int:
@@ -125,9 +152,11 @@ class Model:
         out = {"E": self.E, "P": self.P}
         for li, layer in enumerate(self.layers):
             for hi, head in enumerate(layer.heads):
-                for key in ("W_Q", "W_K", "W_V"):
+                for key in _head_arrays(layer):
                     out[f"L{li}.H{hi}.{key}"] = getattr(head, key)
             out[f"L{li}.W_O"] = layer.W_O
+            if layer.has_biases:
+                out[f"L{li}.b_O"] = layer.b_O
             if layer.has_ffn:
                 for key in ("W1", "b1", "W2", "b2"):
                     out[f"L{li}.{key}"] = getattr(layer, key)
@@ -139,9 +168,11 @@ class Model:
         """A copy with fn(name, array) applied to every weight array (not to P_mask)."""
         layers = []
         for li, layer in enumerate(self.layers):
-            heads = [Head(*(fn(f"L{li}.H{hi}.{k}", getattr(h, k)) for k in ("W_Q", "W_K", "W_V")))
+            heads = [Head(**{k: fn(f"L{li}.H{hi}.{k}", getattr(h, k)) for k in _head_arrays(layer)})
                      for hi, h in enumerate(layer.heads)]
             ffn = {k: fn(f"L{li}.{k}", getattr(layer, k)) for k in ("W1", "b1", "W2", "b2")} if layer.has_ffn else {}
+            if layer.has_biases:
+                ffn["b_O"] = fn(f"L{li}.b_O", layer.b_O)
             layers.append(replace(layer, heads=heads, W_O=fn(f"L{li}.W_O", layer.W_O), **ffn))
         readout = replace(self.readout, W_U=fn("U.W", self.readout.W_U), b_U=fn("U.b", self.readout.b_U))
         return replace(self, E=fn("E", self.E), P=fn("P", self.P), layers=layers, readout=readout)
@@ -183,10 +214,17 @@ class Model:
             m = _shape2(layer.heads[0].W_Q, f"L{li}.H0.W_Q", ("m", str(d)))[0]
             mv = _shape2(layer.heads[0].W_V, f"L{li}.H0.W_V", ("m_v", str(d)))[0]
             for hi, head in enumerate(layer.heads):
-                for key, rows in (("W_Q", m), ("W_K", m), ("W_V", mv)):
+                for (key, bias), rows in zip(Head.MAPS, (m, m, mv)):
                     _expect(getattr(head, key), f"L{li}.H{hi}.{key}", (rows, d), f"({rows}, {d})")
+                    if layer.has_biases:
+                        _expect(getattr(head, bias), f"L{li}.H{hi}.{bias}", (rows,), f"({rows},)")
+                if head.has_biases != layer.has_biases:
+                    raise InputError(f"layer {li}: head {hi} {'has' if head.has_biases else 'lacks'} attention "
+                                     f"biases, layer {li}'s b_O {'does not' if head.has_biases else 'does'}")
             cols = mv if layer.attention == "relu" else mv * len(layer.heads)
             _expect(layer.W_O, f"L{li}.W_O", (d, cols), f"({d}, {cols})")
+            if layer.has_biases:
+                _expect(layer.b_O, f"L{li}.b_O", (d,), f"({d},)")
             if layer.has_ffn:
                 h = _shape2(layer.W1, f"L{li}.W1", ("h", str(d)))[0]
                 for key, shape in (("b1", (h,)), ("W2", (d, h)), ("b2", (d,))):
@@ -194,8 +232,15 @@ class Model:
                     if arr is None:
                         raise InputError(f"array 'L{li}.{key}' is missing: expected shape {_fmt(shape)}")
                     _expect(arr, f"L{li}.{key}", shape, _fmt(shape))
+        if self.bos is not None and self.bos not in self.vocab:
+            raise InputError(f"metadata 'bos' names {self.bos!r}, which is not in the vocabulary")
         _check_readout(self.readout, d)
         _check_finite(self)
+
+
+def _head_arrays(layer: Layer) -> tuple[str, ...]:
+    """The array names of each head of the layer: the maps, and their biases when it has them."""
+    return tuple(k for pair in Head.MAPS for k in (pair if layer.has_biases else pair[:1]))
 
 
 @dataclass
@@ -213,6 +258,7 @@ class Recurrent:
     info: dict = field(default_factory=dict)
     source: Optional[str] = None  # the file it was read from
     max_len = None
+    bos = None
 
     @property
     def d(self) -> int:
@@ -252,6 +298,8 @@ def weights_sha256(model: Model | Recurrent) -> str:
     h = hashlib.sha256()
     structure = {"vocab": list(model.vocab), "readout": [model.readout.kind, float(model.readout.theta),
                                                          model.readout.positions]}
+    if model.readout.rows is not None or model.bos is not None:  # version 1 fingerprints stay as they were
+        structure.update(rows=model.readout.rows, bos=model.bos)
     if isinstance(model, Model):
         structure["layers"] = [[l.attention, bool(l.residual), bool(l.causal), len(l.heads)] for l in model.layers]
         structure["P_mask"] = [bool(x) for x in model.P_mask]
@@ -279,6 +327,12 @@ def _check_readout(ro: Readout, d: int) -> None:
                          f"output bits")
     _expect(ro.W_U, "U.W", (C, d), f"({C}, {d})")
     _expect(ro.b_U, "U.b", (C,), f"({C},)")
+    if ro.rows is not None:
+        if ro.kind != "argmax":
+            raise InputError("readout rows name argmax classes; a threshold readout's rows are output bits")
+        if len(ro.rows) != C or len(set(ro.rows)) != C:
+            raise InputError(f"readout rows has {len(ro.rows)} names ({len(set(ro.rows))} distinct), expected "
+                             f"{C} distinct names, one per row of 'U.W'")
 
 
 def _check_finite(model) -> None:
@@ -312,11 +366,17 @@ def save_model(model: Model | Recurrent, path: str | Path) -> Path:
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "vocab": list(model.vocab), "info": model.info,
             "readout": {"kind": model.readout.kind, "theta": model.readout.theta,
                         "positions": model.readout.positions}}
+    if model.readout.rows is not None:
+        meta["readout"]["rows"] = list(model.readout.rows)
+    if model.bos is not None:
+        meta["bos"] = model.bos
     if isinstance(model, Recurrent):
         meta["recurrent"] = {"hidden": model.d}
     else:
         meta["layers"] = [{"heads": len(l.heads), "attention": l.attention, "residual": bool(l.residual),
-                           "causal": bool(l.causal), "ffn": l.has_ffn} for l in model.layers]
+                           "causal": bool(l.causal), "ffn": l.has_ffn, **({"attention_biases": True}
+                                                                        if l.has_biases else {})}
+                          for l in model.layers]
     arrays = {name: np.asarray(a, dtype=np.float64) for name, a in model.named_arrays().items()}
     if isinstance(model, Model):
         arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
@@ -355,6 +415,7 @@ def load_model(path: str | Path) -> Model | Recurrent:
                     f"{source}: meta")
     if ("layers" in meta) == ("recurrent" in meta):
         raise InputError(f"{source}: meta must have exactly one of 'layers' (a transformer) and 'recurrent'")
+    _check_version_2(meta, source)
     known = {"U.W", "U.b"} | ({"R.U", "R.W", "R.b", "R.h0"} if "recurrent" in meta else {"E", "P", "P_mask"})
 
     def get(name: str, required: bool = True):
@@ -367,9 +428,12 @@ def load_model(path: str | Path) -> Model | Recurrent:
 
     layers = []
     for li, lm in enumerate(meta.get("layers", [])):
-        heads = [Head(get(f"L{li}.H{hi}.W_Q"), get(f"L{li}.H{hi}.W_K"), get(f"L{li}.H{hi}.W_V"))
-                 for hi in range(lm["heads"])]
+        biases = lm.get("attention_biases", False)
+        names = [k for pair in Head.MAPS for k in (pair if biases else pair[:1])]
+        heads = [Head(**{k: get(f"L{li}.H{hi}.{k}") for k in names}) for hi in range(lm["heads"])]
         ffn = {k: get(f"L{li}.{k}") for k in ("W1", "b1", "W2", "b2")} if lm.get("ffn", False) else {}
+        if biases:
+            ffn["b_O"] = get(f"L{li}.b_O")
         layers.append(Layer(heads=heads, W_O=get(f"L{li}.W_O"), attention=lm.get("attention", "softmax"),
                             residual=lm.get("residual", True), causal=lm.get("causal", False), **ffn))
     unexpected = sorted(set(arrays) - known)
@@ -377,7 +441,8 @@ def load_model(path: str | Path) -> Model | Recurrent:
         raise InputError(f"{source}: unexpected array{'s' if len(unexpected) > 1 else ''} "
                          f"{', '.join(repr(a) for a in unexpected)} (not named by the metadata)")
     ro = meta.get("readout", {"kind": "argmax"})
-    readout = Readout(get("U.W"), get("U.b"), ro["kind"], ro.get("theta", 0.0), ro.get("positions", "last"))
+    readout = Readout(get("U.W"), get("U.b"), ro["kind"], ro.get("theta", 0.0), ro.get("positions", "last"),
+                      ro.get("rows"))
     vocab, info = list(meta["vocab"]), dict(meta.get("info", {}))
     if "recurrent" in meta:
         model = Recurrent(get("R.U"), get("R.W"), get("R.b"), get("R.h0"), readout, vocab, info)
@@ -391,13 +456,36 @@ def load_model(path: str | Path) -> Model | Recurrent:
             P_mask = np.ones(len(E), dtype=bool)
         elif P_mask.dtype != np.bool_:
             raise InputError(f"{source}: array 'P_mask' has dtype {P_mask.dtype}, expected bool")
-        model = Model(E=E, P=get("P"), P_mask=P_mask, layers=layers, readout=readout, vocab=vocab, info=info)
+        model = Model(E=E, P=get("P"), P_mask=P_mask, layers=layers, readout=readout, vocab=vocab, info=info,
+                      bos=meta.get("bos"))
     try:
         model.validate()
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
     model.source = str(path)
     return model
+
+
+def _check_version_2(meta: dict, source: str) -> None:
+    """Version 2's keys are refused in a version 1 file; what has no exact rule is refused, saying why."""
+    v2 = [k for k in ("bos",) if k in meta] + [f"readout.{k}" for k in ("rows",) if k in meta.get("readout", {})]
+    for li, lm in enumerate(meta.get("layers", [])):
+        v2 += [f"layers[{li}].{k}" for k in ("attention_biases", "activation", "layer_norm") if k in lm]
+        act = lm.get("activation", "relu")
+        if act != "relu":
+            raise InputError(f"{source}: layers[{li}].activation is {act!r}; only relu is supported: "
+                             + ("GELU has no exact fixed-point rounding rule here (its erf cannot be rounded "
+                                "without a stated rule); retrain or replace it with ReLU"
+                                if act.lower().startswith("gelu") else "the FFN is W2 ReLU(W1 x + b1) + b2"))
+        if lm.get("layer_norm", False):
+            raise InputError(f"{source}: layers[{li}].layer_norm is true; LayerNorm is not supported: fold its "
+                             f"scale and bias into the next weights (TransformerLens: fold_ln) and train or "
+                             f"export without the normalisation itself (normalization_type=None), then set "
+                             f"layer_norm to false")
+    if "recurrent" in meta and "bos" in meta:
+        raise InputError(f"{source}: 'bos' is for transformers; a recurrent model reads its inputs from h0")
+    if v2 and meta["version"] < 2:
+        raise InputError(f"{source}: meta has {', '.join(v2)}, which need \"version\": 2")
 
 
 def _meta_text(arr: np.ndarray, source: str) -> str:

@@ -100,7 +100,7 @@ class Result:
         theorem = self.construction.get("theorem")
         lines = [f"{self.verdict.upper()}: {self.construction.get('construction', '?')}"
                  + (f" ({theorem})" if theorem else "") + f" on {self.task['name']} "
-                 + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs"))]
+                 + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs", "answers_sha256"))]
         lines.append(f"  arithmetic  FX(p={a['p']}, f={a['f']}) step 2^-{a['f']}, range "
                      f"[{a['range'][0]:g}, {a['range'][1]:g}]; rounding={a['rounding']} overflow={a['overflow']} "
                      f"accumulate={a['accumulate']}; quantization error <= {a['quantization_error']:.3g}"
@@ -110,7 +110,8 @@ class Result:
         pv = self.provenance
         if pv.get("source") in ("model file", "model in memory"):
             claims = ", ".join(f"{k}={_fmt(v)}" for k, v in pv.get("claims", {}).items())
-            lines.append(f"  weights     sha256 {pv['weights_sha256']}" + (f"; the file says (not checked): {claims}"
+            says = "the file says" if pv["source"] == "model file" else "its info says"
+            lines.append(f"  weights     sha256 {pv['weights_sha256']}" + (f"; {says} (not checked): {claims}"
                                                                           if claims else ""))
         share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
         lines.append(f"  inputs      {count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"

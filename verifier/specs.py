@@ -36,6 +36,7 @@ from .model import load_model
 from .result import Result
 from .schema import read_text, regular_file, validate
 from .tasks import ALIASES, TASKS, canonical, task_options
+from .tasks.base import split_path
 
 TASK_OPTION_KEYS = {o.name for t in TASKS.values() for o in t.OPTIONS}
 PROBLEM_KEYS = {"N", "p", "f", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"} | TASK_OPTION_KEYS
@@ -140,8 +141,10 @@ def load_spec(path: Path) -> Spec:
     try:  # files named by the spec, relative to it
         model = regular_file(path.parent / data["model"], "model file") if "model" in data else None
         for option in task_options(task):
-            if option.path and option.name in data:
-                data[option.name] = str(regular_file(path.parent / data[option.name], option.name))
+            if option.path and isinstance(data.get(option.name), str):
+                file, rest = split_path(data[option.name])
+                if file is not None:
+                    data[option.name] = str(regular_file(path.parent / file, option.name)) + rest
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
     return Spec(path=path, task=data["task"], expect=data["expect"],

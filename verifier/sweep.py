@@ -29,6 +29,7 @@ from .cache import Cache, option_files
 from .cluster import Cluster, Job
 from .errors import InputError
 from .result import Result
+from .tasks import Task
 
 MAX_GRID = 10_000  # values in one --N or --p range
 
@@ -115,7 +116,7 @@ def parse_range(text: str, name: str) -> list[int]:
     return values if values is not None else list(range(a, b + 1))
 
 
-def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
+def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
              progress: Optional[Callable[[str], None]] = None, int_bits: Optional[int] = None,
              scheduler: Optional[str] = None, cache: Optional[Cache] = None, **problem) -> Frontier:
     """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
@@ -123,7 +124,9 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
 
     The points run as independent jobs on `scheduler` (`verifier.cluster`; each point on one core),
     and their verdicts go to `cache` as they arrive, so that the same sweep run again reads them
-    instead of deciding them: an interrupted sweep resumes where it was."""
+    instead of deciding them: an interrupted sweep resumes where it was.  `task` is a task's name, or
+    a task object (a compiled Tracr program's: its N is its own, so `Ns` is [task.N]); a `model`
+    in `problem` is swept in place of the built-in construction."""
     if int_bits is not None and problem.get("f") is not None:
         raise InputError("--f and --int-bits both set the fractional bits; give one")
     arith = {k: problem[k] for k in ("f", "rounding", "overflow", "accumulate") if problem.get(k) is not None}
@@ -137,7 +140,8 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
     build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     points = [(N, p) for N in Ns for p in ps]
-    files = option_files(task, problem)
+    name = task if isinstance(task, str) else task.name
+    files = option_files(name, problem) if isinstance(task, str) else {}
     jobs = [Job(functools.partial(build_problem, task, N=N, p=p, **at(p)), engine, timeout, files) for N, p in points]
     results: dict[tuple[int, int], Result] = {}
     partial = None
@@ -161,7 +165,7 @@ def frontier(task: str, Ns: list[int], ps: list[int], *, engine: str = "auto", t
               "f = p // 2" if problem.get("f") is None else f"f = {problem['f']}")
     any_result = next(iter(results.values()), None)
     arithmetic = {k: any_result.arithmetic[k] for k in ("rounding", "overflow", "accumulate")} if any_result else {}
-    result = Frontier(task, rows, {"f": f_rule, **arithmetic}, construction=any_result.construction if any_result
+    result = Frontier(name, rows, {"f": f_rule, **arithmetic}, construction=any_result.construction if any_result
                       else {}, partial=partial, ran_on=ran_on)
     pts = [(math.log2(r.N), r.p_star) for r in rows if r.p_star is not None]
     if len(pts) >= 2 and len({x for x, _ in pts}) >= 2:
@@ -205,3 +209,49 @@ def new_output(path: str | Path) -> Iterator[TextIO]:
         if path.stat().st_size == 0:
             path.unlink()
         raise
+
+
+@dataclass
+class FormatFrontier:
+    """p* at each fixed number of fraction bits f, for one task size: the smallest formats (p, f)
+    at which the model is exact."""
+
+    task: str
+    N: int
+    by_f: list[tuple[int, Frontier]]
+
+    @property
+    def best(self) -> Optional[tuple[int, int]]:
+        """(p*, f) with the smallest p* (the smallest f among ties), or None."""
+        found = [(fr.rows[0].p_star, f) for f, fr in self.by_f if fr.rows[0].p_star is not None]
+        return min(found) if found else None
+
+    def to_markdown(self) -> str:
+        lines = ["| f | p* (integer bits p* - f) | ruled out at p*-1 by | verdicts by p |", "|---|---|---|---|"]
+        for f, fr in self.by_f:
+            r = fr.rows[0]
+            verdicts = " ".join(f"{p}{v[0].upper()}" for p, v in r.verdicts.items())
+            star = f"{r.p_star} ({r.p_star - f})" if r.p_star is not None else "-"
+            cex = f"`{r.ruled_out_by}` ({r.ruled_out_reason})" if r.ruled_out_by else "-"
+            lines.append(f"| {f} | {star} | {cex} | {verdicts} |")
+        best = self.best
+        lines += ["", f"Smallest format: p = {best[0]}, f = {best[1]}" if best else "No format of the grid is exact."]
+        partial = [fr.partial for _, fr in self.by_f if fr.partial]
+        if partial:
+            lines += ["", f"PARTIAL: {partial[0]}"]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"task": self.task, "N": self.N, "best": self.best, "by_f": {f: fr.to_json() for f, fr in self.by_f}}
+
+
+def format_frontier(task: "str | Task", N: int, ps: list[int], fs: list[int], **options) -> FormatFrontier:
+    """`frontier` at size N for each fixed f of `fs` (over the p of `ps` with p >= f), stopping at
+    an interruption: the smallest p and f at which the model is exact."""
+    by_f = []
+    for f in fs:
+        fr = frontier(task, [N], [p for p in ps if p >= max(f, 2)] or [max(f, 2)], f=f, **options)
+        by_f.append((f, fr))
+        if fr.partial:
+            break
+    return FormatFrontier(task if isinstance(task, str) else task.name, N, by_f)

@@ -83,7 +83,7 @@ class _Model:
         q, fx = ev.q, ev.arith
         heads = []
         for h in q.layers[0].heads:
-            tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, W) for W in (h.W_Q, h.W_K, h.W_V))
+            tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b)) for W, b in h.MAPS)
             heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values)))
         pair_ovf, always = None, False
         if fx.overflow == "error":
@@ -549,7 +549,7 @@ class _Run:
             lo, hi = _rows(lo), _rows(hi)
         else:
             lo, hi = fx.mean_heads(lo, ctx, "heads"), fx.mean_heads(hi, ctx, "heads")
-        lo, hi = self._lin(layer.W_O, None, lo, hi, ctx)
+        lo, hi = self._lin(layer.W_O, layer.b_O, lo, hi, ctx)
         if layer.residual:
             x0 = self._query_embedding()[qtok[first]]
             lo, hi = fx.add(x0, lo, ctx, "resid"), fx.add(x0, hi, ctx, "resid")

@@ -15,7 +15,7 @@ import math
 import multiprocessing
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -35,6 +35,16 @@ class _Chunk:
     found: list[Found]
     min_margin: Optional[float]
     tightest: Optional[int]
+    start: int = 0
+    upto: list[tuple[float, Optional[int]]] = field(default_factory=list)  # (min margin, tightest) up to found[i]
+
+    def cut(self, keep: int) -> "_Chunk":
+        """The chunk as if it had stopped at its keep-th counterexample: coverage and margin end there."""
+        if keep >= len(self.found):
+            return self
+        best, tightest = self.upto[keep - 1]
+        return _Chunk(self.found[keep - 1].index + 1 - self.start, self.found[:keep], best, tightest, self.start,
+                      self.upto[:keep])
 
 
 _STATE: dict = {}  # the worker's problem; set before forking, inherited by the workers
@@ -57,19 +67,25 @@ def _check_remote(problem: Problem, limit: int, start: int, stop: int) -> _Chunk
 
 def _check_range(task, ev, limit: int, start: int, stop: int) -> _Chunk:
     found: list[Found] = []
+    upto: list[tuple[float, Optional[int]]] = []
     best, tightest = math.inf, None
     for batch in task.batches(start, stop, ev.batch_size):
         if not len(batch.tokens):  # every input of the range was filtered out (a margin filter)
             continue
         judged = ev.judge(ev.forward(batch.tokens), batch.expected)
-        i = int(np.argmin(judged.margin))
-        if judged.margin[i] < best:
-            best, tightest = float(judged.margin[i]), int(batch.index[i])
+        # the smallest margin of the inputs before each counterexample: a run that stops at one has
+        # covered no input after it
+        running = np.minimum.accumulate(judged.margin)
+        at = np.searchsorted(-running, -running, side="left")  # where each running minimum was reached
         for j in np.flatnonzero(judged.failed)[: max(0, limit - len(found))]:
             found.append(Found.of(judged, j, int(batch.index[j]), batch.tokens[j]))
+            upto.append((best, tightest) if running[j] >= best else (float(running[j]), int(batch.index[at[j]])))
         if len(found) >= limit:
-            return _Chunk(found[-1].index + 1 - start, found, best, tightest)
-    return _Chunk(stop - start, found, best if tightest is not None else None, tightest)
+            best, tightest = upto[-1]
+            return _Chunk(found[-1].index + 1 - start, found, best, tightest, start, upto)
+        if running[-1] < best:
+            best, tightest = float(running[-1]), int(batch.index[at[-1]])
+    return _Chunk(stop - start, found, best if tightest is not None else None, tightest, start, upto)
 
 
 class Exhaustive:
@@ -95,9 +111,9 @@ class Exhaustive:
 
         def take(chunk: _Chunk) -> bool:
             """Merge one chunk; True when the run should stop (enough counterexamples)."""
+            chunk = chunk.cut(opts.max_counterexamples - len(result.found))
             result.covered += chunk.covered
-            room = opts.max_counterexamples - len(result.found)
-            result.found.extend(chunk.found[:room])
+            result.found.extend(chunk.found)
             if chunk.tightest is not None and (result.min_margin is None or chunk.min_margin < result.min_margin):
                 result.min_margin, result.tightest = chunk.min_margin, chunk.tightest
             if opts.progress:

@@ -13,12 +13,13 @@ from .memorization import Memorization
 from .templates import TemplateMatching
 from .nearest_neighbour import Mqar, NearestNeighbour
 from .sequences import Dyck22, InductionHeads
+from .user import DatasetTask, ReferenceTask
 
 TASKS = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,
          "sparse_threshold": SparseThreshold, "nearest_neighbour": NearestNeighbour, "mqar": Mqar,
          "memorization": Memorization, "icqa": Icqa, "template_matching": TemplateMatching,
          "ictm": Ictm, "induction_heads": InductionHeads, "dyck22": Dyck22,
-         "composition": Composition}
+         "composition": Composition, "reference": ReferenceTask, "dataset": DatasetTask}
 ALIASES = {"idxl": "index_lookup"}
 
 
@@ -47,4 +48,4 @@ def make_task(name: str, N: int, **params) -> Task:
 
 
 __all__ = ["Batch", "Case", "Task", "TaskOption", "IndexLookup", "Equality", "SparseThreshold", "Disjointness",
-           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TemplateMatching", "Ictm", "InductionHeads", "Dyck22", "Composition", "TASKS", "make_task", "canonical", "task_options", "flag"]
+           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TemplateMatching", "Ictm", "InductionHeads", "Dyck22", "Composition", "ReferenceTask", "DatasetTask", "TASKS", "make_task", "canonical", "task_options", "flag"]

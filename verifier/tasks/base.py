@@ -80,6 +80,18 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+DATASET_HELP = "Dataset file: JSON lines of inputs and answers (dataset), JSON (memorization)."
+
+
+def split_path(value: str) -> tuple[Optional[str], str]:
+    """A path option's file and what follows it: ``m.py:fn`` -> (``m.py``, ``:fn``); a module
+    reference ``pkg.mod:fn`` names no file: (None, the value)."""
+    head, sep, tail = value.rpartition(":")
+    if not sep or not tail.isidentifier():
+        return value, ""
+    return (head, sep + tail) if head.endswith(".py") else (None, value)
+
+
 @dataclass(frozen=True)
 class TaskOption:
     """A parameter of a task besides N (the CLI shows it as `flag`).  A `path` option names a file,

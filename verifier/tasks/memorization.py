@@ -22,7 +22,7 @@ import numpy as np
 from ..budget import require_memory
 from ..errors import InputError
 from ..schema import load_json
-from .base import Batch, TaskOption, Vocabulary
+from .base import DATASET_HELP, Batch, TaskOption, Vocabulary
 from .index_lookup import symbol_names
 
 DATASET_SCHEMA = {
@@ -55,7 +55,7 @@ class Memorization(Vocabulary):
         TaskOption("alphabet", int, 3, "|X|, the number of tokens (seeded datasets)."),
         TaskOption("size", int, None, "Number of sequences (default: all |X|^N)."),
         TaskOption("data_seed", int, 0, "Seed that picks the sequences when --size is below |X|^N."),
-        TaskOption("dataset", str, None, "Dataset file (JSON: alphabet and sequences).", path=True),
+        TaskOption("dataset", str, None, DATASET_HELP, path=True),
     )
     SIZE_FLAGS = ("--length",)  # the paper's name for N: the tokens before CLS
 
