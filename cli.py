@@ -30,6 +30,8 @@ from verifier.engines import ENGINES
 from verifier.solvers import CHOICES as SOLVER_CHOICES
 from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
+from verifier.importers.tracr import compile_program
+from verifier.importers.transformer_lens import convert as convert_state_dict
 from verifier.model import META_SCHEMA
 from verifier.progress import line as progress_line
 from verifier.result import count_text
@@ -325,7 +327,6 @@ def _count(n: int, noun: str) -> str:
 
 
 def compile_tracr(program: str, vocab, max_len, causal: bool, mlp_exactness: int):
-    from verifier.importers.tracr import compile_program
     if vocab is None or max_len is None:
         raise InputError("a Tracr program needs --vocab a,b,c and --max-len N")
     compiled = compile_program(program, split_names(vocab, "--vocab"), max_len, causal=causal,
@@ -505,8 +506,7 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
 def import_cmd(path, output, vocab, act, bidirectional, bos, rows, positions, attn_scale):
     """Convert a state dict in TransformerLens naming (.safetensors, or .pt/.pth through torch's
     weights-only loader) to a model file, after checking the conversion's float64 forward pass."""
-    from verifier.importers.transformer_lens import convert
-    imported = convert(path, split_names(vocab, "--vocab"), activation=act, causal=not bidirectional, bos=bos,
+    imported = convert_state_dict(path, split_names(vocab, "--vocab"), activation=act, causal=not bidirectional, bos=bos,
                        rows=split_names(rows, "--rows") if rows is not None else None, positions=positions,
                        attn_scale=attn_scale)
     model = imported.model

@@ -163,15 +163,19 @@ def perturbed_dyck_rnn(rng: np.random.Generator, share: float, step: float = 0.2
                      Readout(move(m.readout.W_U), move(m.readout.b_U), "argmax", positions="all"), m.vocab)
 
 
-def tracr_outputs(sop_name: str, inputs: list[list[str]], vocab: set, max_len: int) -> list[tuple]:
-    """Tracr's own forward pass (float64) and the RASP evaluator on each input: (the residual stream
-    after the last layer at positions 1..n, RASP's answers).  Run it in a spawned process: JAX's
-    threads must stay out of a test process that forks."""
+def tracr_outputs(runs: list[tuple[str, list[list[str]]]], vocab: set, max_len: int) -> list[list[tuple]]:
+    """Tracr's own forward pass (float64) and the RASP evaluator, per (program, inputs) of `runs`:
+    for each input, the residual stream after the last layer at positions 1..n, and RASP's answers.
+    Run it in a spawned process: JAX's threads must stay out of a test process that forks."""
     import jax
     jax.config.update("jax_enable_x64", True)
     from tracr.compiler import compiling, lib
     from tracr.rasp import rasp
-    sop = {"make_length": lambda: lib.make_length(), "make_reverse": lambda: lib.make_reverse(rasp.tokens)}[sop_name]()
-    assembled = compiling.compile_rasp_to_model(sop, vocab=vocab, max_seq_len=max_len, compiler_bos="BOS")
-    return [(np.asarray(assembled.apply(["BOS"] + words).transformer_output, dtype=np.float64)[0, 1:],
-             rasp.evaluate(sop, words)) for words in inputs]
+    programs = {"make_reverse": lambda: lib.make_reverse(rasp.tokens)}
+    out = []
+    for name, inputs in runs:
+        sop = programs[name]()
+        assembled = compiling.compile_rasp_to_model(sop, vocab=vocab, max_seq_len=max_len, compiler_bos="BOS")
+        out.append([(np.asarray(assembled.apply(["BOS"] + words).transformer_output, dtype=np.float64)[0, 1:],
+                     rasp.evaluate(sop, words)) for words in inputs])
+    return out

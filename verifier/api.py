@@ -71,9 +71,10 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
     elif (k, eta, variant) != (None, None, None):
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
+    given = weights_sha256(model)
     model, t = check_compatible(model, t)
     arith.check_capacity(model.widest_sum())  # a format int64 cannot hold fails now, not in the engine
-    return Problem(t, model, arith, built_in)
+    return Problem(t, model, arith, built_in, given)
 
 
 def check_compatible(model: Model | Recurrent, task) -> tuple[Model | Recurrent, "Task"]:
@@ -125,7 +126,7 @@ def _rows_in_class_order(model: Model | Recurrent, task) -> Model | Recurrent:
                          f"answer{'s' if len(missing) > 1 else ''} {_names(missing)}")
     order = [ro.rows.index(c) for c in classes] + [r for r, name in enumerate(ro.rows) if name not in classes]
     readout = replace(ro, W_U=ro.W_U[order], b_U=ro.b_U[order], rows=None)
-    return replace(model, readout=readout, info={**model.info}, source=model.source)
+    return replace(model, readout=readout)
 
 
 def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1, timeout: Optional[float] = None,
@@ -192,7 +193,7 @@ def describe_problem(problem: Problem) -> tuple[dict, dict, dict]:
     model = problem.model
     info = dict(model.info)
     size_bits = problem.arith.p * model.n_params()
-    provenance = {"weights_sha256": weights_sha256(model)}
+    provenance = {"weights_sha256": problem.weights_sha256 or weights_sha256(model)}
     if problem.built_in:
         construction = {"construction": info.pop("construction", "?"), "theorem": info.pop("theorem", None)}
         provenance.update(source="built-in", construction=construction["construction"],

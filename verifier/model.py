@@ -152,7 +152,7 @@ class Model:
         out = {"E": self.E, "P": self.P}
         for li, layer in enumerate(self.layers):
             for hi, head in enumerate(layer.heads):
-                for key in _head_arrays(layer):
+                for key in _head_arrays(layer.has_biases):
                     out[f"L{li}.H{hi}.{key}"] = getattr(head, key)
             out[f"L{li}.W_O"] = layer.W_O
             if layer.has_biases:
@@ -168,7 +168,7 @@ class Model:
         """A copy with fn(name, array) applied to every weight array (not to P_mask)."""
         layers = []
         for li, layer in enumerate(self.layers):
-            heads = [Head(**{k: fn(f"L{li}.H{hi}.{k}", getattr(h, k)) for k in _head_arrays(layer)})
+            heads = [Head(**{k: fn(f"L{li}.H{hi}.{k}", getattr(h, k)) for k in _head_arrays(layer.has_biases)})
                      for hi, h in enumerate(layer.heads)]
             ffn = {k: fn(f"L{li}.{k}", getattr(layer, k)) for k in ("W1", "b1", "W2", "b2")} if layer.has_ffn else {}
             if layer.has_biases:
@@ -238,9 +238,9 @@ class Model:
         _check_finite(self)
 
 
-def _head_arrays(layer: Layer) -> tuple[str, ...]:
-    """The array names of each head of the layer: the maps, and their biases when it has them."""
-    return tuple(k for pair in Head.MAPS for k in (pair if layer.has_biases else pair[:1]))
+def _head_arrays(biases: bool) -> tuple[str, ...]:
+    """The array names of each head of a layer: the maps, and their biases when it has them."""
+    return tuple(k for pair in Head.MAPS for k in (pair if biases else pair[:1]))
 
 
 @dataclass
@@ -429,8 +429,7 @@ def load_model(path: str | Path) -> Model | Recurrent:
     layers = []
     for li, lm in enumerate(meta.get("layers", [])):
         biases = lm.get("attention_biases", False)
-        names = [k for pair in Head.MAPS for k in (pair if biases else pair[:1])]
-        heads = [Head(**{k: get(f"L{li}.H{hi}.{k}") for k in names}) for hi in range(lm["heads"])]
+        heads = [Head(**{k: get(f"L{li}.H{hi}.{k}") for k in _head_arrays(biases)}) for hi in range(lm["heads"])]
         ffn = {k: get(f"L{li}.{k}") for k in ("W1", "b1", "W2", "b2")} if lm.get("ffn", False) else {}
         if biases:
             ffn["b_O"] = get(f"L{li}.b_O")

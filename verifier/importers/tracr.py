@@ -41,6 +41,7 @@ from ..tasks.base import split_path
 from ..tasks.user import ReferenceTask, answer_name, load_attribute
 
 BOS = "BOS"
+PAD = "compiler_pad"  # Tracr's pad token (compiling.COMPILER_PAD)
 ROUND_TRIP_TOLERANCE = 1e-6
 ROUND_TRIP_INPUTS = 8
 
@@ -100,20 +101,20 @@ def compile_program(spec: str, vocab: list[str], max_len: int, *, causal: bool =
 
     JAX runs in a child process started fresh (spawn): JAX's threads must not be in a process that
     forks, and the engines fork their workers."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise InputError(f"--max-len must be an integer >= 1, got {max_len!r}")
+    if BOS in vocab or PAD in vocab:
+        raise InputError(f"the vocabulary may not hold {BOS} or {PAD} (Tracr's own tokens)")
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_compile, (spec, list(vocab), max_len, causal, mlp_exactness, seed))
 
 
 def _compile(spec: str, vocab: list[str], max_len: int, causal: bool, mlp_exactness: int, seed: int) -> Compiled:
     compiling, _, rasp = _tracr()
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise InputError(f"--max-len must be an integer >= 1, got {max_len!r}")
-    if BOS in vocab or compiling.COMPILER_PAD in vocab:
-        raise InputError(f"the vocabulary may not hold {BOS} or {compiling.COMPILER_PAD} (Tracr's own tokens)")
     program = load_program(spec)
     try:
         assembled = compiling.compile_rasp_to_model(program, vocab=set(vocab), max_seq_len=max_len, causal=causal,
-                                                    compiler_bos=BOS, mlp_exactness=mlp_exactness)
+                                                    compiler_bos=BOS, compiler_pad=PAD, mlp_exactness=mlp_exactness)
     except (NotImplementedError, ValueError, KeyError) as exc:
         raise InputError(f"Tracr cannot compile {spec}: {type(exc).__name__}: {exc}") from None
     model = _convert(assembled, program, vocab, spec, causal, mlp_exactness)
