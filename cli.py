@@ -819,8 +819,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"verify: error: {exc.format_message()}", err=True)
         return 2
-    except InputError as exc:
-        click.echo(f"verify: error: {exc}", err=True)
+    except InputError as exc:  # one line, even when it quotes another tool's multi-line message
+        click.echo("verify: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()),
+                   err=True)
         return 2
     except InternalError as exc:
         click.echo(f"verify: internal error (please report): {exc}", err=True)

@@ -471,3 +471,24 @@ def test_verify_tracr_prints_p_star(capsys):
     assert code == 0 and "| 3 | 1.58 | 12 |" in out
     code, out, err = run(capsys, "tracr", "lib:make_length", "--vocab", "a,b,BOS", "--max-len", 3)
     assert code == 2 and "may not hold BOS" in err
+
+
+def test_transformer_lens_import_with_bos_reads_every_position_after_it(tmp_path, ref):
+    from verifier.importers.transformer_lens import convert
+    path = write_safetensors(tmp_path / "tl.safetensors", tl_state(np.random.default_rng(6)))
+    imported = convert(str(path), ["<s>", "a", "b", "c"], activation="relu", bos="<s>", positions="all",
+                       rows=["<s>", "a", "b", "c"])  # BOS is token 0 of the state dict, last in the model file
+    assert imported.round_trip_error <= 1e-6 and imported.model.vocab == ["a", "b", "c", "<s>"]
+    task = make_task("reference", N=4, reference=f"{ref}:first_at_every_position", vocab="a,b,c")
+    problem = verifier.build_problem(task, p=10, model=imported.model)
+    result = verifier.run(problem, "exhaustive", max_counterexamples=10_000)
+    assert {c.index for c in result.counterexamples} == reference_failures(problem)
+    assert all(c.input.startswith("<s> ") and c.position >= 1 for c in result.counterexamples)
+
+
+def test_a_pt_file_without_torch_is_a_clear_error(tmp_path, monkeypatch):
+    path = tmp_path / "w.pt"
+    path.write_bytes(b"\x80\x04K\x01.")  # a pickle: it must not be opened without torch's weights-only loader
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)
+    with pytest.raises(InputError, match="needs torch"):
+        read_tensors(path)

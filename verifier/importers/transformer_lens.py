@@ -116,15 +116,20 @@ def convert(path: str, vocab: list[str], *, activation: Optional[str] = None, ca
         rows = list(vocab)
     if rows is not None and len(rows) != W_U.shape[1]:
         raise InputError(f"{source}: unembed.W_U has {W_U.shape[1]} columns; --rows names {len(rows)}")
-    model = Model(E=W_E, P=W_pos, P_mask=np.ones(len(vocab), dtype=bool), layers=layers,
-                  readout=Readout(W_U.T.copy(), b_U, "argmax", positions=positions, rows=rows), vocab=list(vocab),
-                  info={"imported_from": str(path), "naming": "TransformerLens", "attn_scale": scale,
-                        "causal": causal}, bos=bos)
+    if bos is not None and bos not in vocab:
+        raise InputError(f"--bos {bos} is not a token of --vocab")
+    # the model format puts BOS last in the vocabulary (the task's tokens keep their order before
+    # it); moving an embedding row changes no value
+    order = [i for i, t in enumerate(vocab) if t != bos] + ([vocab.index(bos)] if bos is not None else [])
+    model = Model(E=W_E[order], P=W_pos, P_mask=np.ones(len(vocab), dtype=bool), layers=layers,
+                  readout=Readout(W_U.T.copy(), b_U, "argmax", positions=positions, rows=rows),
+                  vocab=[vocab[i] for i in order], info={"imported_from": str(path), "naming": "TransformerLens",
+                                                         "attn_scale": scale, "causal": causal}, bos=bos)
     try:
         model.validate()
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
-    return Imported(model, _round_trip(arrays, model, causal, scale, seed), skipped)
+    return Imported(model, _round_trip(arrays, model, np.array(order), causal, scale, seed), skipped)
 
 
 def _getter(arrays: dict, prefix: str, source: str):
@@ -171,19 +176,22 @@ def forward(arrays: dict, tokens: np.ndarray, causal: bool, attn_scale: float) -
     return x @ arrays["unembed.W_U"] + arrays.get("unembed.b_U", 0.0)
 
 
-def _round_trip(arrays: dict, model: Model, causal: bool, scale: float, seed: int) -> float:
+def _round_trip(arrays: dict, model: Model, order: np.ndarray, causal: bool, scale: float, seed: int) -> float:
     """The largest difference between the converted model's float64 readout scores and `forward`'s,
-    on random inputs of every length up to n_ctx (at most 8 lengths)."""
+    on random inputs of every length up to n_ctx (at most 8 lengths).  Token t of the model is
+    token order[t] of the state dict."""
     rng = np.random.default_rng(seed)
     ours = reference(model)
     V, n_ctx = len(model.vocab), model.max_len
     worst = 0.0
     for n in sorted({1, n_ctx, *rng.integers(1, n_ctx + 1, size=6).tolist()}):
         tokens = rng.integers(0, V, size=n)
-        theirs = forward(arrays, tokens, causal, scale)
+        if model.bos is not None:  # the inputs the model will see: BOS first
+            tokens[0] = V - 1
+        theirs = forward(arrays, order[tokens], causal, scale)
         rows = theirs[read_from(model):] if model.readout.positions == "all" else theirs[-1:]
         mine = ours.arith.to_real(ours.forward(tokens[None, :]).scores).reshape(rows.shape)
-        worst = max(worst, float(np.abs(mine - rows).max()))
+        worst = max(worst, float(np.abs(mine - rows).max(initial=0.0)))
     if not worst <= ROUND_TRIP_TOLERANCE:
         raise InternalError(f"the converted model differs from the TransformerLens forward pass by {worst:.3g} "
                             f"(more than {ROUND_TRIP_TOLERANCE:g}) in float64")
