@@ -408,7 +408,7 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f, 
     if (task_name is None) == (task_option is None):
         raise InputError("give the task once: as TASK_NAME or as --task")
     task_name = task_name or task_option
-    options = {k: rest.pop(k) for k in [o.name for o in ALL_TASK_OPTIONS]}
+    options = {o.name: rest.pop(o.name) for o in ALL_TASK_OPTIONS}
     ps = parse_range(p_range, "--p")
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate, engine=engine, timeout=timeout)
     if task_name == "tracr":
@@ -417,7 +417,8 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f, 
         vocab = options.pop("vocab")
         given = sorted(flag(k) for k, v in options.items() if v is not None)
         if given or (variant, k, eta) != (None, None, None):
-            raise InputError(f"a Tracr program takes no task or construction options ({', '.join(given) or '--variant, --k, --eta'})")
+            raise InputError(f"a Tracr program takes no task or construction options "
+                             f"({', '.join(given) or '--variant, --k, --eta'})")
         compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
         return sweep_frontier(compiled.task, [max_len], ps, f, model=compiled.model, **arith, **rest)
     if program is not None or max_len is not None:
@@ -506,15 +507,15 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
 def import_cmd(path, output, vocab, act, bidirectional, bos, rows, positions, attn_scale):
     """Convert a state dict in TransformerLens naming (.safetensors, or .pt/.pth through torch's
     weights-only loader) to a model file, after checking the conversion's float64 forward pass."""
-    imported = convert_state_dict(path, split_names(vocab, "--vocab"), activation=act, causal=not bidirectional, bos=bos,
-                       rows=split_names(rows, "--rows") if rows is not None else None, positions=positions,
-                       attn_scale=attn_scale)
+    imported = convert_state_dict(path, split_names(vocab, "--vocab"), activation=act, causal=not bidirectional,
+                                  bos=bos, rows=split_names(rows, "--rows") if rows is not None else None,
+                                  positions=positions, attn_scale=attn_scale)
     model = imported.model
     written = verifier.save_model(model, output)
     heads = "/".join(str(len(l.heads)) for l in model.layers)
     mlps = sum(l.has_ffn for l in model.layers)
     click.echo(f"imported {path} (TransformerLens naming): {_count(len(model.layers), 'layer')}, heads {heads}, "
-               f"d={model.d}, {_count(mlps, 'ReLU MLP')}, {'causal' if not bidirectional else 'bidirectional'} attention, "
+               f"d={model.d}, {_count(mlps, 'ReLU MLP')}, {'bidirectional' if bidirectional else 'causal'} attention, "
                f"{model.n_params()} parameters"
                + (f"; skipped the buffers {', '.join(imported.skipped)}" if imported.skipped else ""))
     click.echo(f"float64 round trip against the TransformerLens forward pass: largest difference "

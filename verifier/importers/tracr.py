@@ -30,7 +30,7 @@ import inspect
 import math
 import multiprocessing
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 

@@ -25,7 +25,6 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,41 +261,11 @@ class DatasetTask(Vocabulary):
         path = regular_file(self.dataset, "dataset file")
         if path.stat().st_size > MAX_DATASET_BYTES:
             raise InputError(f"dataset file {path} has {path.stat().st_size:,} bytes; at most {MAX_DATASET_BYTES:,}")
-        ids = {t: i for i, t in enumerate(self.vocab)}
-        rows, seen, kinds, lines = {}, set(), set(), 0
-        with open(path, encoding="utf-8") as fh:
-            for no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                lines += 1
-                where = f"dataset file {path}, line {no}"
-                item = parse_json(line, where)
-                if not isinstance(item, dict) or "input" not in item or len(item) != 2 or \
-                        not ({"answer", "answers"} & set(item)):
-                    raise InputError(f"{where}: expected {{\"input\": [...], \"answer\": ...}} or "
-                                     f"{{\"input\": [...], \"answers\": [...]}}")
-                tokens = item["input"]
-                if not isinstance(tokens, list) or not tokens or any(t not in ids for t in tokens if isinstance(t, str)) \
-                        or not all(isinstance(t, str) for t in tokens):
-                    raise InputError(f"{where}: input must be a non-empty list of tokens of --vocab "
-                                     f"({','.join(self.vocab)}), got {tokens!r}")
-                kinds.add("answers" in item)
-                if "answers" in item:
-                    if not isinstance(item["answers"], list) or len(item["answers"]) != len(tokens):
-                        raise InputError(f"{where}: answers must be a list with one answer per input token")
-                    names = tuple(answer_name(a, where) for a in item["answers"])
-                else:
-                    names = (answer_name(item["answer"], where),)
-                key = tuple(ids[t] for t in tokens)
-                if key in rows and rows[key] != names:
-                    raise InputError(f"{where}: the input {' '.join(tokens)} is in the file with another answer")
-                if len(key) <= self.N:
-                    rows[key] = names
-                    seen.update(names)
-        if len(kinds) > 1:
-            raise InputError(f"dataset file {path} mixes 'answer' and 'answers' lines: one kind per file")
+        every, kinds, lines = _read_dataset(path, {t: i for i, t in enumerate(self.vocab)}, self.vocab)
+        rows = {key: names for key, names in every.items() if len(key) <= self.N}
         if not rows:
             raise InputError(f"dataset file {path} has no input of length <= {self.N} ({lines} lines)")
+        seen = {name for names in rows.values() for name in names}
         self.per_position = kinds == {True}
         self.path = str(path)
         self.class_names = _Answers(self.classes).finish(seen, f"dataset file {path}")
@@ -380,6 +349,44 @@ class DatasetTask(Vocabulary):
 
     def answer_name(self, answer: int) -> str:
         return self.class_names[answer] if 0 <= answer < self.num_classes else f"<{answer}>"
+
+
+def _read_dataset(path: Path, ids: dict[str, int], vocab: list[str]) -> tuple[dict, set, int]:
+    """(token ids -> answer names, whether lines have 'answers', non-empty lines) of a dataset file."""
+    rows, kinds, lines = {}, set(), 0
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for no, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                lines += 1
+                where = f"dataset file {path}, line {no}"
+                item = parse_json(line, where)
+                if not isinstance(item, dict) or "input" not in item or len(item) != 2 or \
+                        not ({"answer", "answers"} & set(item)):
+                    raise InputError(f"{where}: expected {{\"input\": [...], \"answer\": ...}} or "
+                                     f"{{\"input\": [...], \"answers\": [...]}}")
+                tokens = item["input"]
+                if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t in ids
+                                                                          for t in tokens):
+                    raise InputError(f"{where}: input must be a non-empty list of tokens of --vocab "
+                                     f"({','.join(vocab)}), got {tokens!r}")
+                kinds.add("answers" in item)
+                if "answers" in item:
+                    if not isinstance(item["answers"], list) or len(item["answers"]) != len(tokens):
+                        raise InputError(f"{where}: answers must be a list with one answer per input token")
+                    names = tuple(answer_name(a, where) for a in item["answers"])
+                else:
+                    names = (answer_name(item["answer"], where),)
+                key = tuple(ids[t] for t in tokens)
+                if rows.get(key, names) != names:
+                    raise InputError(f"{where}: the input {' '.join(tokens)} is in the file with another answer")
+                rows[key] = names
+    except UnicodeDecodeError:
+        raise InputError(f"dataset file {path} is not UTF-8 text") from None
+    if len(kinds) > 1:
+        raise InputError(f"dataset file {path} mixes 'answer' and 'answers' lines: one kind per file")
+    return rows, kinds, lines
 
 
 def _rows_view(tokens: np.ndarray) -> np.ndarray:
