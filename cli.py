@@ -337,9 +337,29 @@ def compile_tracr(program: str, vocab, max_len, causal: bool, mlp_exactness: int
     return compiled
 
 
-def sweep_frontier(task, Ns, ps, f, int_bits, output, fmt, plot_path, scheduler, cache_path, no_cache,
+def _one_value(text: str | None) -> bool:
+    return text is None or (".." not in text and "," not in text)
+
+
+def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, scheduler, cache_path, no_cache,
                    **problem) -> int:
-    """Run a sweep and print (and write) its table; exit 3 when it was interrupted."""
+    """Run a sweep and print (and write) its table; exit 3 when it was interrupted.  With a range
+    of f (and one N): p* at each f, and the smallest format."""
+    fs = parse_range(f_range, "--f") if f_range is not None else [None]
+    if not _one_value(f_range):
+        if len(Ns) != 1 or int_bits is not None or plot_path or fmt == "csv" or \
+                (output and not output.endswith(".json")):
+            raise InputError("a range of --f takes one N, no --int-bits or --plot, and -o FILE.json or "
+                             "--format json only")
+        with new_output(output) if output else contextlib.nullcontext() as fh:
+            table = format_frontier(task, Ns[0], ps, fs, cache=open_cache(cache_path, no_cache), scheduler=scheduler,
+                                    progress=lambda line: click.echo(line, err=True), **problem)
+            if fh is not None:
+                fh.write(json.dumps(table.to_json(), indent=2))
+                click.echo(f"wrote {output}", err=True)
+        click.echo(json.dumps(table.to_json(), indent=2) if fmt == "json" else table.to_markdown())
+        return 3 if any(fr.partial for _, fr in table.by_f) else 0
+    f = fs[0]
     if output and not output.endswith((".csv", ".json")):
         raise InputError("-o must end in .csv or .json")
     if plot_path:
@@ -386,7 +406,9 @@ def sweep_output_options(fn):
 @click.option("--program", default=None, help="With TASK_NAME tracr: the RASP program (as for verify tracr).")
 @click.option("--N", "N_range", default=None, help="Range of N, e.g. 2..16 (a Tracr program: its --max-len).")
 @click.option("--p", "p_range", required=True, help="Range of p, e.g. 3..16.")
-@click.option("--f", "f", type=int, default=None, help="Fractional bits (default p // 2 for each p).")
+@click.option("--f", "f_range", default=None,
+              help="Fractional bits (default p // 2 for each p); a range (0..8) with one N gives p* at each f "
+                   "and the smallest format.")
 @click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
@@ -397,7 +419,7 @@ def sweep_output_options(fn):
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds per (N, p).")
 @sweep_output_options
 @cluster_options
-def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f, rounding, overflow, accumulate,
+def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_range, rounding, overflow, accumulate,
               variant, k, eta, seed, max_len, causal, mlp_exactness, engine, timeout, **rest):
     """The precision frontier: smallest p that proves the construction (or --model, or a Tracr
     program: verify sweep tracr --program lib:make_length --vocab a,b,c --max-len 4), for each N.
@@ -420,14 +442,14 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f, 
             raise InputError(f"a Tracr program takes no task or construction options "
                              f"({', '.join(given) or '--variant, --k, --eta'})")
         compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
-        return sweep_frontier(compiled.task, [max_len], ps, f, model=compiled.model, **arith, **rest)
+        return sweep_frontier(compiled.task, [max_len], ps, f_range, model=compiled.model, **arith, **rest)
     if program is not None or max_len is not None:
         raise InputError("--program and --max-len are for verify sweep tracr")
     if N_range is None:
         raise InputError("--N is required (a range like 2..16)")
     model = verifier.load_model(model_path) if model_path else None
-    return sweep_frontier(task_name, parse_range(N_range, "--N"), ps, f, model=model, variant=variant, k=k, eta=eta,
-                          seed=seed, **arith, **options, **rest)
+    return sweep_frontier(task_name, parse_range(N_range, "--N"), ps, f_range, model=model, variant=variant, k=k,
+                          eta=eta, seed=seed, **arith, **options, **rest)
 
 
 @cli.command("tracr")
@@ -459,13 +481,12 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     deadline = Deadline(timeout)
     ps = parse_range(p_range, "--p")
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
-    single = lambda text: text is not None and ".." not in text and "," not in text
     compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
     if save:
         click.echo(f"wrote {verifier.save_model(compiled.model, save)}", err=True)
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
-    if single(p_range):
-        if int_bits is not None or output or plot_path or not (f_range is None or single(f_range)):
+    if _one_value(p_range):
+        if int_bits is not None or output or plot_path or not _one_value(f_range):
             raise InputError("--int-bits, -o, --plot and a range of --f are for a range of p")
         problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], model=compiled.model, **arith)
         return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json,
@@ -473,20 +494,8 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     if (max_counterexamples, start, stop, workers, as_json, dump, trace, solver, smtlib) != \
             (1, 0, None, None, False, None, False, "z3", None):
         raise InputError("with a range of p, verify tracr finds p*: the options of a single run do not apply")
-    sweep = dict(model=compiled.model, engine=engine, timeout=timeout, scheduler=scheduler, **arith)
-    if single(f_range) or f_range is None:
-        return sweep_frontier(compiled.task, [max_len], ps, fs[0], int_bits, output, fmt, plot_path,
-                              cache_path=cache_path, no_cache=no_cache, **sweep)
-    if int_bits is not None or plot_path or fmt == "csv" or (output and not output.endswith(".json")):
-        raise InputError("with a range of --f: no --int-bits or --plot, and -o FILE.json or --format json only")
-    with new_output(output) if output else contextlib.nullcontext() as fh:
-        table = format_frontier(compiled.task, max_len, ps, fs, cache=open_cache(cache_path, no_cache),
-                                progress=lambda line: click.echo(line, err=True), **sweep)
-        if fh is not None:
-            fh.write(json.dumps(table.to_json(), indent=2))
-            click.echo(f"wrote {output}", err=True)
-    click.echo(json.dumps(table.to_json(), indent=2) if fmt == "json" else table.to_markdown())
-    return 3 if any(fr.partial for _, fr in table.by_f) else 0
+    return sweep_frontier(compiled.task, [max_len], ps, f_range, int_bits, output, fmt, plot_path, scheduler,
+                          cache_path, no_cache, model=compiled.model, engine=engine, timeout=timeout, **arith)
 
 
 @cli.command("import")

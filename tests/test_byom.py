@@ -496,3 +496,17 @@ def test_a_pt_file_without_torch_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "torch", None)
     with pytest.raises(InputError, match="needs torch"):
         read_tensors(path)
+
+
+def test_sweep_over_f_gives_the_smallest_format(capsys, tmp_path):
+    code, out, _ = run(capsys, "sweep", "idxl", "--N", "4", "--p", "3..8", "--f", "1..3", "--no-cache",
+                       "--scheduler", "serial", "-o", str(tmp_path / "f.json"))
+    doc = json.loads((tmp_path / "f.json").read_text())
+    best = doc["best"]
+    assert code == 0 and f"Smallest format: p = {best[0]}, f = {best[1]}" in out
+    # the smallest format is proved, and one bit less at the same f (when the grid has it) is not
+    assert verifier.prove("idxl", N=4, p=best[0], f=best[1]).verdict == "proved"
+    if best[0] - 1 >= max(3, best[1]):
+        assert verifier.prove("idxl", N=4, p=best[0] - 1, f=best[1]).verdict == "refuted"
+    code, _, err = run(capsys, "sweep", "idxl", "--N", "2..4", "--p", "3..8", "--f", "1..3")
+    assert code == 2 and "a range of --f takes one N" in err
