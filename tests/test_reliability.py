@@ -265,3 +265,17 @@ def test_dump_directory_is_checked_before_the_run_and_names_never_run_out(capsys
 def test_bad_sizes_and_numbers_are_refused_before_work(capsys, args, message):
     code, out, err = run(capsys, *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == "", err
+
+
+def test_a_proof_of_a_width_0_model_is_sample_checked():
+    """Found by the battery once models got attention biases: a model with an empty residual stream
+    (d = 0, valid) answers from its biases alone, and the sample check's budget divided by d."""
+    from helpers import RandomLookupTask, add_biases, random_model
+    from verifier.engines import Problem
+    task = RandomLookupTask(2, 3, 2, seed=0)
+    task.F[:] = 0
+    rng = np.random.default_rng(0)
+    model = add_biases(random_model(rng, task.vocab, task.max_len, C=2, readout="argmax", dims={"d": 0}), rng)
+    model.readout.b_U[:] = [1.0, -1.0]
+    result = verifier.run(Problem(task, model, FixedPoint(8)), "smt")
+    assert model.d == 0 and result.verdict == "proved" and result.engine_stats["sample_check"]["inputs"] > 0

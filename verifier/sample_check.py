@@ -82,7 +82,8 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
     pending: dict[int, list[tuple[str, np.ndarray]]] = {}
     checked = 0
     n_cases = sum(1 for _ in task.cases())
-    budget = max(MIN_CASES * PER_CASE, CHECK_WORK // (task.max_len * getattr(problem.model, "d", 1)))
+    width = max(1, getattr(problem.model, "d", 1))  # a model of width 0 (degenerate, still valid) costs its length
+    budget = max(MIN_CASES * PER_CASE, CHECK_WORK // (task.max_len * width))
     chosen = _chosen_cases(n_cases, budget, pick)
     n_random = max(RANDOM_PER_CASE, min(RANDOM_TOTAL, budget // 2) // len(chosen))
 
