@@ -71,10 +71,9 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
     elif (k, eta, variant) != (None, None, None):
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
-    given = weights_sha256(model)
-    model, t = check_compatible(model, t)
-    arith.check_capacity(model.widest_sum())  # a format int64 cannot hold fails now, not in the engine
-    return Problem(t, model, arith, built_in, given)
+    fitted, t = check_compatible(model, t)
+    arith.check_capacity(fitted.widest_sum())  # a format int64 cannot hold fails now, not in the engine
+    return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
 
 
 def check_compatible(model: Model | Recurrent, task) -> tuple[Model | Recurrent, "Task"]:

@@ -250,7 +250,10 @@ def format_frontier(task: "str | Task", N: int, ps: list[int], fs: list[int], **
     an interruption: the smallest p and f at which the model is exact."""
     by_f = []
     for f in fs:
-        fr = frontier(task, [N], [p for p in ps if p >= max(f, 2)] or [max(f, 2)], f=f, **options)
+        grid = [p for p in ps if p >= f]
+        if not grid:
+            raise InputError(f"--f {f} leaves no p of the range (f <= p)")
+        fr = frontier(task, [N], grid, f=f, **options)
         by_f.append((f, fr))
         if fr.partial:
             break

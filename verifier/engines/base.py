@@ -26,7 +26,7 @@ class Problem:
     model: Model
     arith: FixedPoint
     built_in: bool = False  # the model is a built-in construction, built for this problem
-    weights_sha256: Optional[str] = None  # of the model as given, before its readout rows were put in class order
+    weights_sha256: Optional[str] = None  # of the model as given, when its readout rows were put in class order
 
 
 @dataclass

@@ -73,18 +73,21 @@ def _check_range(task, ev, limit: int, start: int, stop: int) -> _Chunk:
         if not len(batch.tokens):  # every input of the range was filtered out (a margin filter)
             continue
         judged = ev.judge(ev.forward(batch.tokens), batch.expected)
-        # the smallest margin of the inputs before each counterexample: a run that stops at one has
-        # covered no input after it
-        running = np.minimum.accumulate(judged.margin)
-        at = np.searchsorted(-running, -running, side="left")  # where each running minimum was reached
-        for j in np.flatnonzero(judged.failed)[: max(0, limit - len(found))]:
-            found.append(Found.of(judged, j, int(batch.index[j]), batch.tokens[j]))
-            upto.append((best, tightest) if running[j] >= best else (float(running[j]), int(batch.index[at[j]])))
-        if len(found) >= limit:
-            best, tightest = upto[-1]
-            return _Chunk(found[-1].index + 1 - start, found, best, tightest, start, upto)
-        if running[-1] < best:
-            best, tightest = float(running[-1]), int(batch.index[at[-1]])
+        failing = np.flatnonzero(judged.failed)[: max(0, limit - len(found))]
+        if len(failing):
+            # the smallest margin of the inputs up to each counterexample: a run that stops at one
+            # has covered no input after it
+            running = np.minimum.accumulate(judged.margin)
+            at = np.searchsorted(-running, -running, side="left")  # where each running minimum was reached
+            for j in failing:
+                found.append(Found.of(judged, j, int(batch.index[j]), batch.tokens[j]))
+                upto.append((best, tightest) if running[j] >= best else (float(running[j]), int(batch.index[at[j]])))
+            if len(found) >= limit:
+                best, tightest = upto[-1]
+                return _Chunk(found[-1].index + 1 - start, found, best, tightest, start, upto)
+        i = int(np.argmin(judged.margin))
+        if judged.margin[i] < best:
+            best, tightest = float(judged.margin[i]), int(batch.index[i])
     return _Chunk(stop - start, found, best if tightest is not None else None, tightest, start, upto)
 
 

@@ -181,11 +181,10 @@ def _round_trip(assembled, model: Model, vocab: list[str], max_len: int, seed: i
     cols = [int(np.flatnonzero(row)[0]) for row in model.readout.W_U]
     worst = 0.0
     for i in range(ROUND_TRIP_INPUTS):
-        n = 1 + i % max_len
-        words = [vocab[t] for t in rng.integers(0, len(vocab), n)]
-        theirs = np.asarray(assembled.apply([BOS] + words).transformer_output, dtype=np.float64)[0, 1:][:, cols]
-        tokens = np.array([[vocab.index(w) for w in words] + [len(vocab)]])
-        mine = ours.arith.to_real(ours.forward(np.roll(tokens, 1, axis=1)).scores)[0]
+        ids = rng.integers(0, len(vocab), 1 + i % max_len)
+        theirs = np.asarray(assembled.apply([BOS] + [vocab[t] for t in ids]).transformer_output,
+                            dtype=np.float64)[0, 1:][:, cols]
+        mine = ours.arith.to_real(ours.forward(np.concatenate([[len(vocab)], ids])[None, :]).scores)[0]  # BOS last id
         worst = max(worst, float(np.abs(mine - theirs).max()))
     if not worst <= ROUND_TRIP_TOLERANCE:
         raise InternalError(f"the converted Tracr model differs from Tracr's forward pass by {worst:.3g} "
