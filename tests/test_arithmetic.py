@@ -134,3 +134,31 @@ def test_int64_extremes_are_exact():
     W = [fx.lo, fx.lo, fx.hi]
     x = [fx.lo, fx.lo, fx.lo]
     assert fx.lin(np.array([W]), np.array(x), None, fx.context(()), "t")[0] == ref.dot(W, x)
+
+
+@settings(max_examples=200, deadline=None)
+@given(formats, st.integers(-10**6, 10**6), st.integers(1, 10**4))
+def test_exact_rationals_are_rounded_exactly(fmt, num, den):
+    """An object array of Fractions (a construction's exact weights) is rounded as RefFX rounds."""
+    p, f, rounding = fmt
+    fx, ref = FixedPoint(p, f, rounding), RefFX(p, f, rounding)
+    x = Fraction(num, den)
+    codes, saturated = fx.quantize(np.array([x], dtype=object))
+    assert codes.dtype == np.int64 and codes[0] == ref.R(x)
+    assert saturated[0] == (ref.round_int(x * 2 ** f) != ref.R(x))
+
+
+def test_exact_weights_are_not_float64_roundings():
+    """Ten 0.1s add to 0.9999999999999999 in float64: floor puts it a whole step below the exact 1."""
+    fx = FixedPoint(12, 6)
+    float_sum = sum([0.1] * 10)
+    exact_sum = sum([Fraction(1, 10)] * 10)
+    assert fx.quantize(np.array([float_sum]))[0][0] == 63
+    assert fx.quantize(np.array([exact_sum], dtype=object))[0][0] == 64
+
+
+def test_thresholds_compare_exactly():
+    """theta = 1/3 as a Fraction: the code 21/64 is below it and 22/64 above, as in exact arithmetic."""
+    fx = FixedPoint(12, 6)
+    assert list(fx.above(np.array([21, 22]), Fraction(1, 3))) == [False, True]
+    assert list(fx.above(np.array([-22, -21]), Fraction(-1, 3))) == [False, True]

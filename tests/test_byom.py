@@ -510,3 +510,23 @@ def test_sweep_over_f_gives_the_smallest_format(capsys, tmp_path):
         assert verifier.prove("idxl", N=4, p=best[0] - 1, f=best[1]).verdict == "refuted"
     code, _, err = run(capsys, "sweep", "idxl", "--N", "2..4", "--p", "3..8", "--f", "1..3")
     assert code == 2 and "a range of --f takes one N" in err
+
+
+def test_exact_weights_round_trip_through_the_model_file(tmp_path):
+    """Exact rational weights and threshold survive save/load (format version 3), keep their
+    fingerprint, and decide as the model in memory does."""
+    from fractions import Fraction
+    from verifier.constructions import CONSTRUCTIONS
+    from verifier.model import exact_array, is_exact, load_model, save_model, weights_sha256
+    m = CONSTRUCTIONS["equality"].build(make_task("equality", N=6), "paper", None, None, 0, 6)
+    m.readout.theta = Fraction(-1, 6)
+    m.layers[1].heads[0].W_V = exact_array(m.layers[1].heads[0].W_V) / 3
+    m.validate()
+    back = load_model(save_model(m, tmp_path / "exact.npz"))
+    assert back.readout.theta == Fraction(-1, 6) and is_exact(back.layers[1].heads[0].W_V)
+    assert weights_sha256(back) == weights_sha256(m)
+    a, b = (verifier.run(verifier.build_problem("equality", N=6, p=10, model=x), "exhaustive", max_counterexamples=64)
+            for x in (m, back))
+    assert (a.verdict, [c.input for c in a.counterexamples]) == (b.verdict, [c.input for c in b.counterexamples])
+    m.readout.theta = float(m.readout.theta)  # its float64 neighbour is another model
+    assert weights_sha256(back) != weights_sha256(m)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Optional
 
 import mpmath
@@ -146,6 +147,17 @@ class FixedPoint:
         twice = 2 * r
         return q + ((twice > den) | ((twice == den) & ((q & 1) == 1)))
 
+    def round_rational(self, x: Fraction | int) -> int:
+        """R-rounding of the exact rational x 2^f to an integer (no saturation)."""
+        y = Fraction(x) * self.one
+        if self.rounding == "floor":
+            return math.floor(y)
+        return math.trunc(y) if self.rounding == "zero" else round(y)  # round(Fraction): ties to even
+
+    def above(self, y: np.ndarray, theta: float | Fraction) -> np.ndarray:
+        """y_i > theta for readout codes y, decided exactly (see `threshold_code`)."""
+        return y > threshold_code(theta, self)
+
     def sat(self, x: np.ndarray, ctx: Ctx, name: str, present: Optional[np.ndarray] = None) -> np.ndarray:
         """Clamp to the code range; under overflow = error, note saturations (of present entries)."""
         y = np.minimum(np.maximum(x, self.lo), self.hi)  # np.clip is several times slower on int64
@@ -154,7 +166,12 @@ class FixedPoint:
         return y
 
     def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """R(w) for a real parameter array: codes and a mask of saturated entries."""
+        """R(w) for a real parameter array: codes and a mask of saturated entries.  An object array
+        holds exact rationals (`model.is_exact`), rounded exactly."""
+        if np.asarray(w).dtype == object:
+            exact = np.vectorize(self.round_rational, otypes=[object])(w)
+            saturated = (exact < self.lo) | (exact > self.hi)
+            return np.clip(exact, self.lo, self.hi).astype(np.int64), saturated.astype(bool)
         w = np.asarray(w, dtype=np.float64)
         with np.errstate(over="ignore"):  # beyond float64 is beyond the range too: it saturates below
             scaled = w * float(self.one)  # exact: a power-of-two scaling of a float64
@@ -280,6 +297,9 @@ class Real:
     def relu(self, x):
         return np.maximum(x, 0.0)
 
+    def above(self, y: np.ndarray, theta: float | Fraction) -> np.ndarray:
+        return y > float(theta)
+
     def add(self, x, y, ctx, name):
         return x + y
 
@@ -299,6 +319,13 @@ class Real:
 
 
 Arithmetic = FixedPoint | Real
+
+
+def threshold_code(theta: float | Fraction, fx: FixedPoint) -> int:
+    """The integer c with  code > c  <=>  code 2^-f > theta  for every code of the format:
+    floor(theta 2^f) computed exactly, then clamped to lo - 1 .. hi (a readout code is always in
+    lo..hi), so that it is a constant of the format whatever theta is (2^29, 1e300)."""
+    return min(max(math.floor(Fraction(theta) * fx.one), fx.lo - 1), fx.hi)
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 import z3
 
+from .arithmetic import threshold_code
 from .budget import Deadline
 from .evaluator import Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
 from .symbolic import Sym, SymFX
@@ -66,7 +66,7 @@ class Encoding:
         n = 1 if var is None else len(self.case.domains[var])
         y = np.array([np.broadcast_to(s.table, (n,)) for s in self.scores]).T  # (n, C) codes
         truth = np.broadcast_to(self.truth.table, (n,))
-        theta = self.readout.theta * float(self.sfx.fx.one)  # margins are reported, never decide
+        theta = float(self.readout.theta) * float(self.sfx.fx.one)  # margins are reported, never decide
         return readout_margins(y, truth, self.readout.kind, theta), var
 
     def holds_at(self, tokens) -> bool:
@@ -105,13 +105,6 @@ def bit_width(ev: Evaluator | RecurrentEvaluator) -> int:
     C = ev.q.readout.W_U.shape[0]
     answer = C + 2 if ev.q.readout.kind == "threshold" else C.bit_length() + 2
     return max(forward, answer)
-
-
-def threshold_code(theta: float, fx) -> int:
-    """The integer c with  code > c  <=>  code 2^-f > theta  for every code of the format:
-    floor(theta 2^f) computed exactly, then clamped to lo - 1 .. hi (a readout code is always in
-    lo..hi), so that it is a constant of the format whatever theta is (2^29, 1e300)."""
-    return min(max(math.floor(Fraction(theta) * fx.one), fx.lo - 1), fx.hi)
 
 
 class _Maps:

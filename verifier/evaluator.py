@@ -163,7 +163,7 @@ class _Reader:
         if ro.kind == "argmax":
             top = y.max(axis=-1)
             return y.argmax(axis=-1).astype(np.int64), (y == top[..., None]).sum(axis=-1) > 1
-        bits = self.arith.to_real(y) > ro.theta
+        bits = self.arith.above(y, ro.theta)
         return (bits.astype(np.int64) << np.arange(y.shape[-1])).sum(axis=-1), np.zeros(y.shape[:-1], dtype=bool)
 
     def margins(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
@@ -172,7 +172,7 @@ class _Reader:
         ro = self.q.readout
         y = self.arith.to_real(out.scores)
         expected = np.asarray(expected)
-        flat = readout_margins(y.reshape(-1, y.shape[-1]), expected.reshape(-1), ro.kind, ro.theta)
+        flat = readout_margins(y.reshape(-1, y.shape[-1]), expected.reshape(-1), ro.kind, float(ro.theta))
         return flat.reshape(expected.shape).min(axis=1) if expected.ndim == 2 else flat
 
     def judge(self, out: Outputs, expected: np.ndarray) -> Judged:

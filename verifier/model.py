@@ -7,8 +7,11 @@ formal ``psi(M-Att(X))`` without it.  ReLU attention is Chen and Zou 2024's vari
 Section 3.1, Eq. 1-3): scores ``ReLU(<q, k>)``, no normalisation, heads averaged with 1/m before
 ``W_O``.
 
-The same dataclasses hold real weights (float64) and quantized ones (int64 codes): quantizing is
-`Model.map_arrays`.  The file format is specified in ``docs/model-format.md``.
+The same dataclasses hold real weights and quantized ones (int64 codes): quantizing is
+`Model.map_arrays`.  A real weight array is float64, or an object array of `fractions.Fraction`
+(`is_exact`) where a construction's recipe gives exact rationals that float64 would round (1/3,
+1/N): the arithmetic then rounds the exact value.  The file format is specified in
+``docs/model-format.md``.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import zipfile
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -30,7 +35,10 @@ from .schema import parse_json, regular_file, show, validate
 
 FORMAT_NAME = "verify-model"
 FORMAT_VERSION = 2
-FORMAT_VERSIONS = (1, 2)  # version 1 files (no BOS, biases or named readout rows) keep loading
+FORMAT_VERSIONS = (1, 2, 3)  # version 1 files (no BOS, biases or named readout rows) keep loading
+EXACT_VERSION = 3  # a file with exact rational weights (arrays NAME.exact, readout theta_exact)
+EXACT_SUFFIX = ".exact"
+_RATIONAL = re.compile(r"-?[0-9]+(/[1-9][0-9]*)?")
 ATTENTIONS = ATTENTION_KINDS
 READOUTS = ("argmax", "threshold")
 READ_POSITIONS = ("last", "all")
@@ -65,6 +73,9 @@ META_SCHEMA = {
         "readout": {"type": "object", "additionalProperties": False, "required": ["kind"],
                     "properties": {"kind": {"type": "string", "enum": list(READOUTS)},
                                    "theta": {"type": "number"},
+                                   "theta_exact": {"type": "string", "pattern": "^-?[0-9]+(/[1-9][0-9]*)?$",
+                                                   "description": "version 3: theta as an exact "
+                                                                  "rational p/q (theta is its float64 value)"},
                                    "positions": {"type": "string", "enum": list(READ_POSITIONS)},
                                    "rows": {"type": "array", "minItems": 1, "uniqueItems": True,
                                             "items": {"type": "string", "minLength": 1},
@@ -122,7 +133,7 @@ class Readout:
     W_U: np.ndarray  # (C, d)
     b_U: np.ndarray  # (C,)
     kind: str = "argmax"
-    theta: float = 0.0
+    theta: float | Fraction = 0.0  # a Fraction where the exact threshold is not a float64 (1/N)
     positions: str = "last"
     rows: Optional[list[str]] = None  # a name per row: the task's answers are read by name
 
@@ -296,8 +307,9 @@ def weights_sha256(model: Model | Recurrent) -> str:
     float64 bytes), which tokens take positions, the layers' options, the readout's kind, theta and
     positions, and the vocabulary.  The free-form `info` is not part of it."""
     h = hashlib.sha256()
-    structure = {"vocab": list(model.vocab), "readout": [model.readout.kind, float(model.readout.theta),
-                                                         model.readout.positions]}
+    theta = model.readout.theta
+    structure = {"vocab": list(model.vocab), "readout": [model.readout.kind, str(theta) if isinstance(theta, Fraction)
+                                                         else float(theta), model.readout.positions]}
     if model.readout.rows is not None or model.bos is not None:  # version 1 fingerprints stay as they were
         structure.update(rows=model.readout.rows, bos=model.bos)
     if isinstance(model, Model):
@@ -305,10 +317,25 @@ def weights_sha256(model: Model | Recurrent) -> str:
         structure["P_mask"] = [bool(x) for x in model.P_mask]
     h.update(json.dumps(structure, sort_keys=True).encode())
     for name, arr in sorted(model.named_arrays().items()):
+        if is_exact(arr):  # exact rationals hash by their text, so 1/3 and float64(1/3) differ
+            h.update(f"{name}{arr.shape}exact".encode())
+            h.update(" ".join(map(str, arr.ravel())).encode())
+            continue
         a = np.ascontiguousarray(arr, dtype=np.float64)
         h.update(f"{name}{a.shape}".encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def is_exact(arr: np.ndarray) -> bool:
+    """A weight array of exact rationals (an object array of Fraction and int)."""
+    return isinstance(arr, np.ndarray) and arr.dtype == object
+
+
+def exact_array(values) -> np.ndarray:
+    """An object array of Fractions from numbers or nested lists of them (floats taken exactly)."""
+    arr = np.array(values, dtype=object)
+    return np.vectorize(Fraction, otypes=[object])(arr) if arr.size else arr
 
 
 def _check_readout(ro: Readout, d: int) -> None:
@@ -316,7 +343,7 @@ def _check_readout(ro: Readout, d: int) -> None:
         raise InputError(f"readout kind must be one of {READOUTS}, got {ro.kind!r}")
     if ro.positions not in READ_POSITIONS:
         raise InputError(f"readout positions must be one of {READ_POSITIONS}, got {show(ro.positions)}")
-    if isinstance(ro.theta, bool) or not isinstance(ro.theta, (int, float)) or not math.isfinite(ro.theta):
+    if isinstance(ro.theta, bool) or not isinstance(ro.theta, (int, float, Fraction)) or not math.isfinite(ro.theta):
         raise InputError(f"readout theta must be a finite number, got {show(ro.theta)}")
     C = _shape2(ro.W_U, "U.W", ("C", str(d)))[0]
     if C < 1:
@@ -337,7 +364,11 @@ def _check_readout(ro: Readout, d: int) -> None:
 
 def _check_finite(model) -> None:
     for name, arr in model.named_arrays().items():
-        if not np.all(np.isfinite(arr)):
+        if is_exact(arr):
+            bad = [x for x in arr.ravel() if isinstance(x, bool) or not isinstance(x, (int, Fraction))]
+            if bad:
+                raise InputError(f"array '{name}' holds exact rationals, but also {show(bad[0])}")
+        elif not np.all(np.isfinite(arr)):
             raise InputError(f"array '{name}' has non-finite entries")
 
 
@@ -363,9 +394,15 @@ def _expect(arr, name: str, shape: tuple, text: str) -> None:
 def save_model(model: Model | Recurrent, path: str | Path) -> Path:
     """Write the model as one .npz (docs/model-format.md).  Never overwrites an existing file."""
     path = Path(path)
+    named = model.named_arrays()
+    exact = {name for name, a in named.items() if is_exact(a)}
+    theta = model.readout.theta
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "vocab": list(model.vocab), "info": model.info,
-            "readout": {"kind": model.readout.kind, "theta": model.readout.theta,
-                        "positions": model.readout.positions}}
+            "readout": {"kind": model.readout.kind, "theta": float(theta), "positions": model.readout.positions}}
+    if isinstance(theta, Fraction):
+        meta["readout"]["theta_exact"] = str(theta)
+    if exact or isinstance(theta, Fraction):
+        meta["version"] = EXACT_VERSION
     if model.readout.rows is not None:
         meta["readout"]["rows"] = list(model.readout.rows)
     if model.bos is not None:
@@ -377,7 +414,9 @@ def save_model(model: Model | Recurrent, path: str | Path) -> Path:
                            "causal": bool(l.causal), "ffn": l.has_ffn, **({"attention_biases": True}
                                                                         if l.has_biases else {})}
                           for l in model.layers]
-    arrays = {name: np.asarray(a, dtype=np.float64) for name, a in model.named_arrays().items()}
+    arrays = {name: np.asarray(a, dtype=np.float64) for name, a in named.items()}
+    arrays.update({name + EXACT_SUFFIX: np.array([str(x) for x in named[name].ravel()]).reshape(named[name].shape)
+                   for name in exact})
     if isinstance(model, Model):
         arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
     arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
@@ -424,7 +463,14 @@ def load_model(path: str | Path) -> Model | Recurrent:
             if required:
                 raise InputError(f"{source}: array '{name}' is missing")
             return None
-        return _real_array(arrays[name], name, source)
+        real = _real_array(arrays[name], name, source)
+        if name + EXACT_SUFFIX not in arrays:
+            return real
+        known.add(name + EXACT_SUFFIX)
+        if meta["version"] < EXACT_VERSION:
+            raise InputError(f"{source}: array '{name}{EXACT_SUFFIX}' (exact rationals) needs \"version\": "
+                             f"{EXACT_VERSION}")
+        return _exact_array(arrays[name + EXACT_SUFFIX], real, name, source)
 
     layers = []
     for li, lm in enumerate(meta.get("layers", [])):
@@ -435,27 +481,35 @@ def load_model(path: str | Path) -> Model | Recurrent:
             ffn["b_O"] = get(f"L{li}.b_O")
         layers.append(Layer(heads=heads, W_O=get(f"L{li}.W_O"), attention=lm.get("attention", "softmax"),
                             residual=lm.get("residual", True), causal=lm.get("causal", False), **ffn))
+    ro = meta.get("readout", {"kind": "argmax"})
+    theta = ro.get("theta", 0.0)
+    if "theta_exact" in ro:
+        theta = Fraction(ro["theta_exact"])
+        if float(theta) != ro.get("theta"):
+            raise InputError(f"{source}: readout theta {ro.get('theta')!r} is not the float64 value of theta_exact "
+                             f"{ro['theta_exact']}")
+    readout = Readout(get("U.W"), get("U.b"), ro["kind"], theta, ro.get("positions", "last"), ro.get("rows"))
+    vocab, info = list(meta["vocab"]), dict(meta.get("info", {}))
+    if "recurrent" in meta:
+        recurrent = [get(name) for name in ("R.U", "R.W", "R.b", "R.h0")]
+    else:
+        E, P = get("E"), get("P")
     unexpected = sorted(set(arrays) - known)
     if unexpected:
         raise InputError(f"{source}: unexpected array{'s' if len(unexpected) > 1 else ''} "
                          f"{', '.join(repr(a) for a in unexpected)} (not named by the metadata)")
-    ro = meta.get("readout", {"kind": "argmax"})
-    readout = Readout(get("U.W"), get("U.b"), ro["kind"], ro.get("theta", 0.0), ro.get("positions", "last"),
-                      ro.get("rows"))
-    vocab, info = list(meta["vocab"]), dict(meta.get("info", {}))
     if "recurrent" in meta:
-        model = Recurrent(get("R.U"), get("R.W"), get("R.b"), get("R.h0"), readout, vocab, info)
+        model = Recurrent(*recurrent, readout, vocab, info)
         if model.d != meta["recurrent"]["hidden"]:
             raise InputError(f"{source}: meta says {meta['recurrent']['hidden']} hidden units, array 'R.W' "
                              f"has {model.d}")
     else:
-        E = get("E")
         P_mask = arrays.get("P_mask")
         if P_mask is None:
             P_mask = np.ones(len(E), dtype=bool)
         elif P_mask.dtype != np.bool_:
             raise InputError(f"{source}: array 'P_mask' has dtype {P_mask.dtype}, expected bool")
-        model = Model(E=E, P=get("P"), P_mask=P_mask, layers=layers, readout=readout, vocab=vocab, info=info,
+        model = Model(E=E, P=P, P_mask=P_mask, layers=layers, readout=readout, vocab=vocab, info=info,
                       bos=meta.get("bos"))
     try:
         model.validate()
@@ -481,6 +535,9 @@ def _check_version_2(meta: dict, source: str) -> None:
                              f"scale and bias into the next weights (TransformerLens: fold_ln) and train or "
                              f"export without the normalisation itself (normalization_type=None), then set "
                              f"layer_norm to false")
+    exact = [k for k in ("theta_exact",) if k in meta.get("readout", {})]
+    if exact and meta["version"] < EXACT_VERSION:
+        raise InputError(f"{source}: meta has readout.theta_exact, which needs \"version\": {EXACT_VERSION}")
     if "recurrent" in meta and "bos" in meta:
         raise InputError(f"{source}: 'bos' is for transformers; a recurrent model reads its inputs from h0")
     if v2 and meta["version"] < 2:
@@ -499,6 +556,23 @@ def _meta_text(arr: np.ndarray, source: str) -> str:
         except UnicodeDecodeError:
             raise InputError(f"{source}: 'meta' is not UTF-8 text") from None
     return str(value)
+
+
+def _exact_array(text: np.ndarray, real: np.ndarray, name: str, source: str) -> np.ndarray:
+    """The exact rationals of array NAME.exact (strings p/q), which must round to NAME's float64 values."""
+    member = name + EXACT_SUFFIX
+    if text.dtype.kind != "U" or text.shape != real.shape:
+        raise InputError(f"{source}: array '{member}' must be strings of the shape of '{name}' {real.shape}, got "
+                         f"dtype {text.dtype} and shape {text.shape}")
+    bad = [str(t) for t in text.ravel() if not _RATIONAL.fullmatch(t)]
+    if bad:
+        raise InputError(f"{source}: array '{member}' has {bad[0]!r}, not a rational p/q")
+    exact = exact_array([Fraction(t) for t in text.ravel()]).reshape(real.shape)
+    off = [i for i, (x, r) in enumerate(zip(exact.ravel(), real.ravel())) if float(x) != r]
+    if off:
+        raise InputError(f"{source}: array '{name}' entry {off[0]} is {real.ravel()[off[0]]!r}, not the float64 value "
+                         f"of {member}'s {exact.ravel()[off[0]]}")
+    return exact
 
 
 def _real_array(arr: np.ndarray, name: str, source: str) -> np.ndarray:

@@ -42,9 +42,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ..arithmetic import FixedPoint, exp_table
+from ..arithmetic import FixedPoint, exp_table, threshold_code
 from ..budget import TimedOut
-from ..encoding import threshold_code
 from ..errors import InternalError
 from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
@@ -619,7 +618,7 @@ class _Run:
             want = ((t[:, None] >> np.arange(ylo.shape[1])) & 1) == 1
             low = np.where(want, ylo - c, c - yhi + 1).min(axis=1)
             high = np.where(want, yhi - c, c - ylo + 1).min(axis=1)
-            margin = np.where(want, ylo / one - ro.theta, ro.theta - yhi / one).min(axis=1)
+            margin = np.where(want, ylo / one - float(ro.theta), float(ro.theta) - yhi / one).min(axis=1)
         status = np.zeros(len(t), dtype=np.int64)
         status[known & (low > 0) & ~ovf] = 1
         status[known & (high <= 0)] = -1
