@@ -24,13 +24,13 @@ maximal set of Alice parts pairwise told apart by some Bob part, from the task's
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 import numpy as np
 
 from .errors import InputError
+from .result import count_text
 
 MAX_MEMBERS = 1 << 16  # Alice parts built at once; a larger set is sampled (any subset is a fooling set)
 
@@ -79,7 +79,7 @@ class FoolingSet:
     def describe(self) -> str:
         kind = "two-way (Definition 1: one answer on every member, a crossing answers otherwise)" if self.two_way \
             else "one-way (every two Alice parts told apart by some Bob part)"
-        return (f"{self.source}: {self.size:,} members, {kind}; Alice holds {_span(self.alice)}, Bob "
+        return (f"{self.source}: {count_text(self.size)} members, {kind}; Alice holds {_span(self.alice)}, Bob "
                 f"{_span(self.bob)}; the answer at position {self.position} tells them apart")
 
 
@@ -270,27 +270,28 @@ class Size:
     bob: int
     two_way: bool
     contiguous: bool
+    queries: int  # tokens Bob's part can hold at the position read (the queries Alice must answer for)
 
 
 def size(name: str, N: int, **options) -> Optional[Size]:
     """The published reduction's size at N (None where it does not exist at that N)."""
     if name == "equality" and N >= 2 and N % 2 == 0:
-        return Size(2 ** (N // 2), N // 2, N // 2, True, True)
+        return Size(2 ** (N // 2), N // 2, N // 2, True, True, 2)
     if name == "disjointness" and N >= 2 and N % 2 == 0:
-        return Size(2 ** (N // 2), N // 2 + 1, N // 2, True, True)
+        return Size(2 ** (N // 2), N // 2 + 1, N // 2, True, True, 2)
     if name == "index_lookup" and N >= 1:
-        return Size(options.get("sigma", 2) ** N, N, 1, False, True)
+        return Size(options.get("sigma", 2) ** N, N, 1, False, True, N)
     if name == "induction_heads" and N >= 3 and options.get("sigma", 3) >= 3:
         k = (N - 1) // 2
-        return Size(2 ** k, k, k + 2, False, False)
+        return Size(2 ** k, k, k + 2, False, False, 1)
     if name == "dyck22" and N >= 2:
         n = N - N % 2
-        return Size(2 ** (n - 1), n // 2, n // 2 + 1, True, False)
+        return Size(2 ** (n - 1), n // 2, n // 2 + 1, True, False, 2)
     if name == "mqar" and N >= 2 and N % 2 == 0:
-        return Size(2 ** (N // 2), N, 1, False, True)
+        return Size(2 ** (N // 2), N, 1, False, True, N // 2)
     if name == "nearest_neighbour" and N >= 2:
         pairs = min(N - 1, 2 ** options.get("dim", 2))
-        return Size(2 ** pairs, 2 * pairs, 1, False, True) if pairs >= N // 2 else None
+        return Size(2 ** pairs, 2 * pairs, 1, False, True, pairs) if pairs >= N // 2 else None
     return None
 
 
@@ -413,5 +414,7 @@ def sample_check(task, fs: FoolingSet, pairs: int, rng: np.random.Generator) -> 
     return pairs
 
 
-def log2_size(s: Size) -> float:
-    return math.log2(s.members)
+def size_of(fs: FoolingSet) -> Size:
+    """The `Size` of a built set (a greedy one has no closed form)."""
+    col = int(np.flatnonzero(fs.bob == fs.position)[0])
+    return Size(fs.size, len(fs.alice), len(fs.bob), fs.two_way, fs.contiguous, len(np.unique(fs.B[:, col])))

@@ -190,11 +190,26 @@ def window(p: int, f: int, rounding: str) -> int:
     return int((table > 0).sum()) + int(dmin == FixedPoint(p, f).lo and table[0] > 0)
 
 
+def log2_comb(n: int, k: int) -> float:
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
+
+
 def transcripts_two_way(r: Ranges, mv: int, heads: int, queries: int, attention: str) -> int:
     """Distinct transcripts of Theorem 4's protocol: Bob's query token, then per head the maxima,
     normalizers and partial sums of both parties (softmax), or Alice's and Bob's partial sums (ReLU)."""
     per_head = (r.M ** 2 * r.Z_A * r.Z_B if attention == "softmax" else 1) * (r.P_A * r.P_B) ** mv
     return queries * per_head ** heads
+
+
+def log2_one_way(p: int, f: int, rounding: str, accumulate: str, attention: str, nA: int, mv: int, heads: int,
+                 queries: int) -> float:
+    """log2 of `messages_one_way`, in float64 (lgamma): for sizes where the integer has millions of bits."""
+    if attention == "relu":
+        per = mv * math.log2(ranges(p, f, rounding, accumulate, attention, nA, 0).P_A)
+    else:
+        per = min(log2_comb(nA + (1 << (p * (mv + 1))), nA),
+                  p + log2_comb(nA + window(p, f, rounding) * (1 << (p * mv)), nA))
+    return per * heads * queries
 
 
 def messages_one_way(p: int, f: int, rounding: str, accumulate: str, attention: str, nA: int, mv: int, heads: int,
