@@ -110,15 +110,11 @@ def _strings(alphabet: int, width: int, limit: int, rng: np.random.Generator) ->
     total = alphabet ** width
     if total <= limit:
         idx = np.arange(total)
-    else:
-        seen: set = set()
-        rows = []
+    else:  # distinct random strings: draw, drop repeats, top up
+        rows = np.zeros((0, width), dtype=np.int64)
         while len(rows) < limit:
-            row = tuple(int(x) for x in rng.integers(0, alphabet, width))
-            if row not in seen:
-                seen.add(row)
-                rows.append(row)
-        return np.array(rows, dtype=np.int64).reshape(limit, width), total
+            rows = np.unique(np.concatenate([rows, rng.integers(0, alphabet, (limit, width))]), axis=0)
+        return rng.permutation(rows)[:limit], total
     digits = alphabet ** np.arange(width - 1, -1, -1, dtype=np.int64)
     return (idx[:, None] // digits[None, :]) % alphabet, total
 
