@@ -165,7 +165,7 @@ class Verdict:
     count: Optional[Count]
     fooling: str  # the set and its check
     smallest: Optional[int] = None
-    below: Optional[str] = None  # what is known below the smallest impossible N
+    below: Optional[str] = None  # bounded synthesis over the whole dataset, when asked for
 
     @property
     def exit_code(self) -> int:
@@ -185,7 +185,7 @@ class Verdict:
         if self.smallest is not None:
             out.append(f"  smallest N   {self.smallest}: the first N at which the count falls below the fooling set")
         if self.below:
-            out.append(f"  below it     {self.below}")
+            out.append(f"  synthesis    {self.below}")
         return out
 
     def to_json(self) -> dict:
