@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 import verifier
-from verifier import interrupts, plots, report
+from verifier import interrupts, plots, report, separation, shapes
 from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS, FixedPoint
 from verifier.budget import Deadline
 from verifier.cache import Cache, default_path as default_cache_path
@@ -766,18 +766,44 @@ def refute_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, m
 @click.argument("task_name")
 @SIZE
 @task_option_flags(ALL_TASK_OPTIONS)
-@arithmetic_options
+@click.option("--shape", "shape_text", default=None,
+              help="A whole shape of models: rnn:M,P or tf1:H,M,P[,softmax|relu] (counted, for every model of it).")
+@click.option("--synthesis-timeout", type=SECONDS, default=None,
+              help="With --shape rnn: also run bounded synthesis over the whole dataset (tiny sizes) for this long.")
+@click.option("--p", "p", type=int, default=None, help="Bits per number (the certificate's synthesis).")
+@click.option("--f", "f", type=int, default=None,
+              help="Fractional bits (default: p // 2; with --shape: every f, the largest count).")
+@click.option("--rounding", type=click.Choice(ROUNDINGS), default=None, help="Default floor (with --shape: every one).")
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @click.option("--heads", type=int, default=1, show_default=True, help="Heads of the 1-layer models searched.")
 @click.option("--width", type=int, default=1, show_default=True, help="Their query, key and value width.")
 @click.option("--certificate", "cert_path", type=click.Path(dir_okay=False), default=None,
               help="The certificate (default: the first one the search finds).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds for z3.")
-def impossible_cmd(task_name, N, p, f, rounding, overflow, accumulate, heads, width, cert_path, seed, timeout,
-                   **options):
-    """Does any 1-layer ReLU model of this shape, weights p-bit codes, get a certificate right?
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (--shape).")
+def impossible_cmd(task_name, N, shape_text, synthesis_timeout, p, f, rounding, overflow, accumulate, heads, width,
+                   cert_path, seed, timeout, as_json, **options):
+    """Is no model of a shape able to compute the task?
 
-    Exit 0 when none does (impossible at this precision), 1 when one escapes, 3 unknown."""
+    --shape: counted for every model of the shape (exit 0 IMPOSSIBLE, 3 when the count does not
+    exclude it).  Otherwise: does any 1-layer ReLU model of --heads and --width, weights p-bit codes,
+    get a certificate right (exit 0 when none does, 1 when one escapes, 3 unknown)."""
+    task_opts = {k: v for k, v in options.items() if v is not None}
+    if shape_text is not None:
+        if (p, cert_path, heads, width, overflow) != (None, None, 1, 1, "saturate"):
+            raise InputError("--shape gives the bits and widths; --p, --heads, --width, --certificate and --overflow "
+                             "are for a certificate's synthesis")
+        v = shapes.impossible(task_name, N, shapes.parse_shape(shape_text), f, rounding, accumulate,
+                              synthesis_timeout=synthesis_timeout, **task_opts)
+        click.echo(json.dumps(v.to_json(), indent=2) if as_json else "\n".join(v.lines()))
+        return v.exit_code
+    if p is None:
+        raise InputError("give --shape (a whole shape, counted) or --p (a certificate's bounded synthesis)")
+    if synthesis_timeout is not None or as_json:
+        raise InputError("--synthesis-timeout and --json are for --shape")
+    rounding = rounding or "floor"
     task = _task(task_name, N, options)
     if heads < 1 or width < 1:
         raise InputError(f"--heads and --width must be >= 1, got {heads} and {width}")
@@ -801,12 +827,31 @@ def impossible_cmd(task_name, N, p, f, rounding, overflow, accumulate, heads, wi
     click.echo(f"{what}  [{fx.label()}; {s.shape['parameters']} parameters; {s.seconds:.1f} s]")
     if s.model is not None:
         whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, p=p, f=f, rounding=rounding,
-                                                    overflow=overflow, accumulate=accumulate,
-                                                    **{k: v for k, v in options.items() if v is not None}))
+                                                    overflow=overflow, accumulate=accumulate, **task_opts))
         c = whole.counterexamples[0] if whole.counterexamples else None
         click.echo(f"  on the whole dataset it is {whole.verdict}" +
                    (f": {c.input} -> {c.claim}" if c else ""))
     return {"impossible": 0, "escapes": 1, "unknown": 3}[s.verdict]
+
+
+@cli.command("separation")
+@click.argument("task_name")
+@SIZE
+@task_option_flags(ALL_TASK_OPTIONS)
+@click.option("--p", "p", type=int, required=True, help="Bits of the built-in construction's run.")
+@click.option("--f", "f", type=int, default=None, help="Its fractional bits (default p // 2).")
+@click.option("--shapes", "shape_list", default=None,
+              help="The other side's shapes, ';'-separated (default: a ladder of the side the task separates).")
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds for the construction's run.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def separation_cmd(task_name, N, p, f, shape_list, timeout, as_json, **options):
+    """Both sides of a separation at one N: the built-in construction proved at --p, and the shapes
+    of the other architecture certified impossible (or not) by counting, with the smallest N of each."""
+    task_opts = {k: v for k, v in options.items() if v is not None}
+    table = separation.table(task_name, N, p, f, [shapes.parse_shape(x) for x in shape_list.split(";")]
+                             if shape_list else None, timeout, **task_opts)
+    click.echo(json.dumps(table.to_json(), indent=2) if as_json else table.markdown())
+    return 0
 
 
 @cli.command("schema")

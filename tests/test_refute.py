@@ -17,7 +17,9 @@ from verifier.constructions.blocks import Layout, ReluLayer, instructive
 from verifier.errors import InputError
 from verifier.evaluator import Evaluator
 from verifier.model import Head, Layer, Model, Readout
-from verifier.refute import alice_summaries, partition, random_model, refute
+from verifier import fooling
+from verifier.protocol import summaries
+from verifier.refute import random_model, refute
 from verifier.synthesis import synthesize
 from verifier.tasks import make_task
 
@@ -162,18 +164,16 @@ def test_equal_summaries_and_bob_parts_give_identical_outputs():
     """Theorem 4's observation in FX: the last position depends on Alice only through her summary."""
     rng = np.random.default_rng(5)
     task = make_task("equality", 8)
+    fs = fooling.build(task)
     checked = 0
     for seed in range(20):
         model = random_model(task, int(rng.integers(1, 3)), 2, "softmax", np.random.default_rng(seed))
         for p in (4, 5):
             ev = Evaluator(model, FixedPoint(p))
-            alice, bob, a_parts, b_parts = partition(task)
-            V = len(task.vocab)
-            for i in range(len(b_parts)):
-                s = alice_summaries(ev, alice, a_parts, (task.max_len - 1) * V + int(b_parts[i, -1]))
+            for i in range(len(fs.B)):
+                s = summaries(ev, fs.alice, fs.A, fs.position, int(fs.B[i, -1]))
                 same = np.flatnonzero(np.all(s == s[i], axis=1))
-                rows = np.array([np.concatenate([a_parts[j], b_parts[i]]) for j in same])
-                out = ev.forward(rows)
+                out = ev.forward(fs.inputs(same, np.full(len(same), i)))
                 assert (out.scores == out.scores[0]).all()
                 checked += len(same) > 1
     assert checked > 10  # collisions happened and were compared
@@ -213,8 +213,8 @@ def test_a_model_that_solves_equality_has_no_collision():
     model = _equality_solver(4)
     result = refute(verifier.build_problem("equality", N=4, p=12, model=model))
     assert result.verdict == "proved"
-    assert any("no collision: the 4 members" in f for f in result.findings)
-    assert result.stats["protocol"]["distinct_summaries_per_query"] == [4, 4]
+    assert any("no collision: 4 Alice parts" in f for f in result.findings)
+    assert result.stats["protocol"]["distinct_summaries"] == {"0": 4, "1": 4}
 
 
 def test_a_low_precision_model_collides():
@@ -226,7 +226,7 @@ def test_a_low_precision_model_collides():
         if result.verdict == "refuted":
             found += 1
             assert_really_wrong(task, result)
-            assert "crossed" in " ".join(result.argument)
+            assert "Bob part that tells them apart" in " ".join(result.argument)
     assert found >= 2
 
 

@@ -341,26 +341,37 @@ class Evaluator(_Reader):
                 if rec:
                     rec(f"{name}.attn", Wt), rec(f"{name}.out", out)
                 outs.append(out)
-            if layer.attention == "softmax":
-                heads = np.concatenate(outs, axis=-1)
-            else:
-                heads = arith.mean_heads(np.stack(outs, axis=-2), ctx, f"L{li}.heads")
-            A = self._lin(layer.W_O, heads, layer.b_O, ctx, f"L{li}.attn_out")
-            Xq = arith.add(Xq, A, ctx, f"L{li}.resid") if layer.residual else A
-            if rec:
-                rec(f"L{li}.heads", heads), rec(f"L{li}.attn_out", A), rec(f"L{li}.resid", Xq)
-            if layer.has_ffn:
-                hidden = arith.relu(self._lin(layer.W1, Xq, layer.b1, ctx, f"L{li}.ffn_hidden"))
-                F = self._lin(layer.W2, hidden, layer.b2, ctx, f"L{li}.ffn_out")
-                Xq = arith.add(Xq, F, ctx, f"L{li}.out") if layer.residual else F
-                if rec:
-                    rec(f"L{li}.ffn_hidden", hidden), rec(f"L{li}.ffn_out", F), rec(f"L{li}.out", Xq)
-            X = Xq
-        y = self._lin(q.readout.W_U, X[:, read_from(q):] if every else X[:, -1], q.readout.b_U, ctx, "readout")
-        if rec:
-            rec("readout.scores", y)
+            X = self.finish_layer(li, Xq, outs, ctx, rec)
+        y = self.scores(X[:, read_from(q):] if every else X[:, -1], ctx, rec)
         pred, tie = self._decide(y)
         return Outputs(y, pred, tie, ctx.ovf, ctx.where)
+
+    def finish_layer(self, li: int, Xq: np.ndarray, outs: list[np.ndarray], ctx: Ctx, rec: Recorder = None) -> np.ndarray:
+        """Layer li after its heads, position by position: the heads' outputs `outs` (per head
+        (B, Lq, m_v)) through W_O, the residual from Xq (B, Lq, d) and the FFN."""
+        layer, arith = self.q.layers[li], self.arith
+        if layer.attention == "softmax":
+            heads = np.concatenate(outs, axis=-1)
+        else:
+            heads = arith.mean_heads(np.stack(outs, axis=-2), ctx, f"L{li}.heads")
+        A = self._lin(layer.W_O, heads, layer.b_O, ctx, f"L{li}.attn_out")
+        Xq = arith.add(Xq, A, ctx, f"L{li}.resid") if layer.residual else A
+        if rec:
+            rec(f"L{li}.heads", heads), rec(f"L{li}.attn_out", A), rec(f"L{li}.resid", Xq)
+        if layer.has_ffn:
+            hidden = arith.relu(self._lin(layer.W1, Xq, layer.b1, ctx, f"L{li}.ffn_hidden"))
+            F = self._lin(layer.W2, hidden, layer.b2, ctx, f"L{li}.ffn_out")
+            Xq = arith.add(Xq, F, ctx, f"L{li}.out") if layer.residual else F
+            if rec:
+                rec(f"L{li}.ffn_hidden", hidden), rec(f"L{li}.ffn_out", F), rec(f"L{li}.out", Xq)
+        return Xq
+
+    def scores(self, X: np.ndarray, ctx: Ctx, rec: Recorder = None) -> np.ndarray:
+        """The readout's scores of the residual stream X (..., d)."""
+        y = self._lin(self.q.readout.W_U, X, self.q.readout.b_U, ctx, "readout")
+        if rec:
+            rec("readout.scores", y)
+        return y
 
 class RecurrentEvaluator(_Reader):
     """The FX forward pass of a `Recurrent` model, one step at a time, vectorised over the batch:

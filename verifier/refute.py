@@ -11,11 +11,14 @@ evaluator (`api.replay`) before it is reported.
   connection (`dependent_scope`).  In FX the identity sum_i lambda_i h_i = 0 can break (the 1/m head
   average and every rounded product are not linear): a certificate the model gets entirely right is
   a finding, reported with the value of sum_i lambda_i h_i at the readout's input.
-* ``protocol`` (Bhattamishra et al. 2024, arXiv:2406.09347, Theorem 4, Appendix D): in FX, the last
-  position of a 1-layer model depends on Alice's positions only through, per head, the multiset of
-  (logit code, value codes, overflow) over her positions (`alice_summaries`).  Two members of a
-  fooling set with the same summary under the same query give a crossed input that the model answers
-  as it answers a member, which the task forbids.  Equality and disjointness split their halves.
+* ``protocol`` (Bhattamishra et al. 2024, arXiv:2406.09347, Theorems 2 and 4, Appendix D): a
+  fooling set of the task (`fooling`: the papers' reductions, or a greedy one for a user task) and
+  a summary of Alice's part that determines the model's answer at Bob's position (`protocol`): the
+  state codes after her prefix for a recurrent model; per head, the multiset of (logit code, value
+  codes, overflow) over her positions under Bob's query for a 1-layer transformer.  Two Alice parts
+  with one summary and a Bob part that tells them apart give two inputs the model answers alike
+  there, though their answers differ.  A recurrent model on a task given by a DFA (Dyck-(2,2)):
+  random prefixes hashed by their states, told apart by an automaton suffix.
 * ``search``: the engines over the whole dataset (`api.run`).
 
 ``auto`` tries the structured methods that apply, then the search.
@@ -37,7 +40,9 @@ from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random
 from .engines import Found, Problem
 from .errors import InputError
 from .evaluator import Evaluator, make_evaluator, trace
+from . import fooling, protocol
 from .model import Head, Layer, Model, Readout, Recurrent
+from .protocol import summaries
 from .result import EXIT_CODES, Counterexample
 from .tasks.combinatorics import falling
 
@@ -136,16 +141,14 @@ def dependent_scope(problem: Problem) -> Optional[str]:
     return None
 
 
-PROTOCOL_TASKS = ("equality", "disjointness")
-
-
 def protocol_scope(problem: Problem) -> Optional[str]:
-    if problem.task.name not in PROTOCOL_TASKS:
-        return f"no fooling set is defined for {problem.task.name} (tasks with one: {', '.join(PROTOCOL_TASKS)})"
-    if isinstance(problem.model, Recurrent):
-        return "the model is recurrent; the protocol simulates a 1-layer transformer"
-    if len(problem.model.layers) != 1:
-        return f"the model has {len(problem.model.layers)} layers; the protocol simulates one"
+    why = protocol.scope(problem.model, problem.arith)
+    if why is not None:
+        return why
+    task = getattr(problem.task, "inner", problem.task)
+    if task.name not in fooling.BUILDERS and task.name not in ("reference", "dataset"):
+        return (f"no fooling set is defined for {task.name} (tasks with one: {', '.join(fooling.BUILDERS)}, and "
+                f"user tasks)")
     return None
 
 
@@ -230,34 +233,7 @@ def refute_dependent(model: _Model, out: Refutation, rng: random.Random, deadlin
 
 
 # -- the protocol method --------------------------------------------------------------------------
-def partition(task) -> tuple[list[int], list[int], np.ndarray, np.ndarray]:
-    """Alice's positions, Bob's positions, and the fooling set as (Alice parts, Bob parts).
-
-    Equality: the halves, with F = {(x, x)}.  Disjointness: BOS and the first half against the
-    second half, with F = {(x, not x)} (disjoint)."""
-    h = task.N // 2
-    if h > 20:
-        raise InputError(f"the fooling set of {task.name} at N = {task.N} has 2^{h} members; at most 2^20")
-    x = ((np.arange(1 << h)[:, None] >> np.arange(h - 1, -1, -1)) & 1).astype(np.int64)
-    if task.name == "equality":
-        return list(range(h)), list(range(h, 2 * h)), x, x
-    bos = np.full((len(x), 1), 2)
-    return list(range(h + 1)), list(range(h + 1, 2 * h + 1)), np.concatenate([bos, x], axis=1), 1 - x
-
-
-def alice_summaries(ev: Evaluator, alice: list[int], parts: np.ndarray, last_row: int) -> np.ndarray:
-    """Per Alice part (F, |A|): per head, the sorted ids of (logit code, value codes, overflow) over
-    her positions, under the query of the last position's row (position, token) of the tables."""
-    t, V = ev.tables, len(ev.q.vocab)
-    rows = np.asarray(alice)[None, :] * V + parts  # (F, |A|) table rows
-    ids = []
-    for hi in range(len(ev.q.layers[0].heads)):
-        ctx = ev.arith.context((1, len(t.k[hi])))
-        logits = ev.arith.scores(t.q[hi][[last_row]], t.k[hi], ctx, "logits")[0]
-        key = np.concatenate([logits[:, None], t.v[hi], (t.kv_ovf | ctx.ovf[0])[:, None]], axis=1)
-        _, code = np.unique(key, axis=0, return_inverse=True)
-        ids.append(np.sort(code.reshape(-1)[rows], axis=1))
-    return np.concatenate(ids, axis=1)
+MAX_SCANNED = 4096  # Bob parts tried for a collision that its separator does not tell apart under its query
 
 
 def theorem4_bits(problem: Problem) -> dict:
@@ -267,52 +243,160 @@ def theorem4_bits(problem: Problem) -> dict:
     return {"printed": 3 * m * (p + lg) * H, "steps": H * (2 * p + 2 * (p + lg) + mv * (2 * p + lg))}
 
 
-def refute_protocol(model: _Model, out: Refutation, max_counterexamples: int) -> bool:
-    problem = model.problem
-    task = problem.task
-    t0 = time.monotonic()
-    alice, bob, a_parts, b_parts = partition(task)
-    ev = model.fast
-    V, last = len(task.vocab), task.max_len - 1
-    fooled = task.evaluate(np.concatenate([a_parts, b_parts], axis=1))[0][0]
-    crossed, distinct = [], {}  # crossed: (the crossed input, the member it collides with)
-    for last_token in np.unique(b_parts[:, -1]):
-        group = np.flatnonzero(b_parts[:, -1] == last_token)
-        summaries = alice_summaries(ev, alice, a_parts, last * V + int(last_token))
-        _, first, inverse = np.unique(summaries, axis=0, return_index=True, return_inverse=True)
-        distinct[int(last_token)] = len(first)
-        for i in group:  # (a_j, b_i) answers as (a_i, b_i) when a_j's summary equals a_i's
-            same = np.flatnonzero((inverse == inverse[i]) & (np.arange(len(a_parts)) != i))
-            crossed += [(np.concatenate([a_parts[j], b_parts[i]]), np.concatenate([a_parts[i], b_parts[i]]))
-                        for j in same[:2]]
-        if len(crossed) >= 64:
+def _collisions(keys: np.ndarray, limit: int = 64) -> list[tuple[int, int]]:
+    """Pairs of rows with equal keys: each group's first row with up to two others."""
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    pairs = []
+    for j in np.flatnonzero(first[inverse] != np.arange(len(keys))):
+        pairs.append((int(first[inverse[j]]), int(j)))
+        if len(pairs) >= limit:
             break
-    bits = theorem4_bits(problem)
-    fewest = min(distinct.values())
-    out.stats["protocol"] = {"fooling_set": len(a_parts), "distinct_summaries_per_query": sorted(distinct.values()),
-                             "bits_printed": bits["printed"], "bits_steps": bits["steps"],
-                             "seconds": round(time.monotonic() - t0, 3)}
-    wrong = [(row, member) for row, member in crossed if task.evaluate(row[None])[0][0] != fooled]
-    if not wrong:
-        out.findings.append(f"no collision: the {len(a_parts):,} members of the fooling set have {fewest:,} or more "
-                            f"distinct summaries under each of the {len(distinct)} queries (one per last token)")
+    return pairs
+
+
+def _told_apart(task, fs: fooling.FoolingSet, i: int, j: int, bobs: np.ndarray) -> Optional[int]:
+    """A Bob part among `bobs` whose answer at the fooling set's position differs after A[i] and A[j]."""
+    for lo in range(0, len(bobs), 512):
+        g = bobs[lo:lo + 512]
+        ans, valid = fooling.answers_at(task, fs.inputs(np.concatenate([np.full(len(g), i), np.full(len(g), j)]),
+                                                        np.concatenate([g, g])), fs.position)
+        x, y = np.split(np.where(valid, ans, -1), 2)
+        hit = np.flatnonzero((x >= 0) & (y >= 0) & (x != y))
+        if len(hit):
+            return int(g[hit[0]])
+    return None
+
+
+def refute_protocol(model: _Model, out: Refutation, max_counterexamples: int, seed: int = 0,
+                    members: int = fooling.MAX_MEMBERS) -> bool:
+    """Collide the summaries of the fooling set's Alice parts: the state codes after her prefix
+    (recurrent, Theorem 2), or per head the multiset of her (logit, value) codes under the query
+    of Bob's position (1-layer transformer, Theorem 4); two Alice parts with one summary and a Bob
+    part that tells them apart give two inputs the model answers alike at that position, though
+    their answers differ."""
+    problem, t0 = model.problem, time.monotonic()
+    task, ev = problem.task, model.fast
+    if isinstance(problem.model, Recurrent) and getattr(task, "dfa", None) is not None:
+        return refute_states_dfa(model, out, max_counterexamples, seed, t0)
+    fs = fooling.build(task, members, seed)
+    recurrent = isinstance(problem.model, Recurrent)
+    if recurrent and not fs.contiguous:
+        raise InputError(f"the fooling set of {task.name} splits the positions without giving Alice a prefix; a "
+                         f"recurrent model's state summarizes a prefix")
+    col = int(np.flatnonzero(fs.bob == fs.position)[0])
+    queries = [None] if recurrent else [int(x) for x in np.unique(fs.B[:, col])]
+    found, distinct = None, {}
+    # a recurrent model's states cost a step per position and part: a few parts first (the birthday
+    # bound makes a collision likely long before every part), then more
+    counts = [n for n in (1024, 8192) if n < len(fs.A)] + [len(fs.A)] if recurrent else [len(fs.A)]
+    for token, n in [(t, n) for t in queries for n in counts]:
+        keys = protocol.states(ev, fs.A[:n]) if recurrent else summaries(ev, fs.alice, fs.A, fs.position, token)
+        distinct["state" if recurrent else task.vocab[token]] = len(np.unique(keys, axis=0))
+        bobs = np.arange(len(fs.B)) if recurrent else np.flatnonzero(fs.B[:, col] == token)
+        for i, j in _collisions(keys):
+            hint = [fs.separator(i, j)] if fs.separator is not None else []
+            hint += [i, j] if fs.two_way else []
+            hint = [g for g in hint if recurrent or fs.B[g, col] == token]  # under this query only
+            g = _told_apart(task, fs, i, j, np.array(hint, dtype=np.int64))
+            if g is None:
+                g = _told_apart(task, fs, i, j, bobs[:MAX_SCANNED])
+            if g is not None:
+                found = (i, j, g, token)
+                break
+        if found:
+            break
+    what = "state codes after Alice's prefix" if recurrent else \
+        "per head, the multiset of (logit, value) codes over Alice's positions under the query"
+    out.stats["protocol"] = {"fooling_set": fs.size, "members_used": len(keys),
+                             "distinct_summaries": distinct, "seconds": round(time.monotonic() - t0, 3)}
+    if not found:
+        out.findings.append(f"no collision: {len(keys):,} Alice parts of the fooling set ({fs.source}) have "
+                            f"{min(distinct.values()):,} or more distinct summaries ({what})")
         return False
-    row, member = wrong[0]
-    found = model.counterexamples(np.array([r for r, _ in wrong]), max_counterexamples)
-    which = "the crossed input"
-    if not found:  # the model answers the member wrong instead
-        found, which = model.counterexamples(np.array([m for _, m in wrong]), max_counterexamples), "a member"
-    out.counterexamples = found
-    out.argument = [f"Alice holds positions {alice[0]}..{alice[-1]}, Bob {bob[0]}..{bob[-1]}; the fooling set "
-                    f"(answer {task.answer_name(int(fooled))} on every member) has {len(a_parts):,} members but as "
-                    f"few as {fewest:,} distinct summaries (per head, the multiset of logit and value codes over "
-                    f"Alice's positions) under one query",
-                    "two members with the same summary give a crossed input that the model answers as it answers "
-                    "a member, although its true answer differs (Bhattamishra et al. 2024, Theorem 4): "
-                    f"{task.render(member)} and the crossed {task.render(row)}; here the model gets {which} wrong",
-                    f"Theorem 4's protocol for this model sends {bits['printed']} bits as printed, {bits['steps']} as "
-                    f"its steps add up; the fooling set needs log2 {len(a_parts):,} = {math.log2(len(a_parts)):.0f}"]
-    return bool(found)
+    i, j, g, token = found
+    rows = fs.inputs(np.array([i, j]), np.array([g, g]))
+    cex = model.counterexamples(rows, max_counterexamples)
+    out.counterexamples = cex
+    theorem = "Theorem 2" if recurrent else "Theorem 4, Appendix D"
+    out.argument = [fs.describe(),
+                    f"summary: {what}; {len(keys):,} Alice parts have {distinct[list(distinct)[-1]]:,} distinct summaries"
+                    + ("" if recurrent else f" under the query {task.vocab[token]} at position {fs.position}"),
+                    f"two Alice parts with one summary, completed by a Bob part that tells them apart: "
+                    f"{task.render(rows[0])} and {task.render(rows[1])}; the model's output at position "
+                    f"{fs.position} is a function of the summary and Bob's part (Bhattamishra et al. 2024, {theorem}), "
+                    f"so it answers both alike there, though their answers differ"]
+    if not recurrent:
+        bits = theorem4_bits(problem)
+        out.argument.append(f"Theorem 4's protocol for this model sends {bits['printed']} bits as printed, "
+                            f"{bits['steps']} as its steps add up; the fooling set needs log2 {fs.size:,} = "
+                            f"{math.log2(fs.size):.1f}")
+    return bool(cex)
+
+
+def refute_states_dfa(model: _Model, out: Refutation, max_counterexamples: int, seed: int, t0: float,
+                      prefixes: int = 1 << 14) -> bool:
+    """A recurrent model on a task given by a DFA: random prefixes of every length up to N, hashed by
+    their state codes; two with one state but different automaton states (Myhill-Nerode: a suffix
+    tells them apart) give two inputs the model answers alike after that suffix."""
+    problem = model.problem
+    task, ev = problem.task, model.fast
+    dfa, accepting = task.dfa, np.array(task.accepting)
+    rng = np.random.default_rng(seed)
+    A = dfa.shape[1]
+    found = None
+    checked = 0
+    for n in range(1, task.N + 1):
+        count = min(A ** n, prefixes // task.N + 1)
+        words = rng.integers(0, A, (count, n))
+        q = np.zeros(count, dtype=np.int64)
+        for c in range(n):
+            q = dfa[q, words[:, c]]
+        keys = np.concatenate([protocol.states(ev, np.concatenate([np.full((count, 1), task.bos), words], axis=1)),
+                               q[:, None]], axis=1)
+        checked += count
+        for i, j in _collisions(keys[:, :-1], limit=1 << 12):
+            if q[i] != q[j]:
+                suffix = _distinguishing_suffix(dfa, accepting, int(q[i]), int(q[j]), task.N - n)
+                if suffix is not None:
+                    found = (words[i], words[j], suffix, int(q[i]), int(q[j]))
+                    break
+        if found:
+            break
+    out.stats["protocol"] = {"prefixes": checked, "seconds": round(time.monotonic() - t0, 3)}
+    if not found:
+        out.findings.append(f"no collision: {checked:,} random prefixes whose state codes coincide only where the "
+                            f"automaton's states do (or no suffix within N tells them apart)")
+        return False
+    u, v, w, qu, qv = found
+    rows = np.array([np.concatenate([[task.bos], u, w]), np.concatenate([[task.bos], v, w])])
+    out.counterexamples = model.counterexamples(rows, max_counterexamples)
+    out.argument = [f"{checked:,} random prefixes hashed by the model's state codes: {task.render(rows[0][:len(u) + 1])} "
+                    f"and {task.render(rows[1][:len(v) + 1])} have the same state but automaton states {qu} and {qv}",
+                    f"the suffix {task.render(w) or '(empty)'} tells them apart (the automaton accepts after one and not "
+                    f"the other); every later output of the model is a function of the state and the suffix "
+                    f"(Bhattamishra et al. 2024, Theorem 2), so it answers both alike at the end"]
+    return bool(out.counterexamples)
+
+
+def _distinguishing_suffix(dfa: np.ndarray, accepting: np.ndarray, a: int, b: int, room: int) -> Optional[np.ndarray]:
+    """The shortest word (at most `room` symbols) after which exactly one of states a, b accepts."""
+    from collections import deque
+    acc = np.isin(np.arange(len(dfa)), accepting)
+    seen, queue = {(a, b): []}, deque([(a, b)])
+    while queue:
+        x, y = queue.popleft()
+        word = seen[(x, y)]
+        if acc[x] != acc[y]:
+            return np.array(word, dtype=np.int64)
+        if len(word) == room:
+            continue
+        for s in range(dfa.shape[1]):
+            nxt = (int(dfa[x, s]), int(dfa[y, s]))
+            if nxt not in seen:
+                seen[nxt] = word + [s]
+                queue.append(nxt)
+    return None
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -344,7 +428,7 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
         elif m == "protocol":
             why = protocol_scope(problem)
             if why is None:
-                if refute_protocol(model, out, max_counterexamples):
+                if refute_protocol(model, out, max_counterexamples, seed):
                     break
             elif method == m:
                 raise InputError(f"--method protocol does not apply: {why}")

@@ -33,7 +33,7 @@ import z3
 from .arithmetic import FixedPoint
 from .certificates import Certificate
 from .encoding import Sym
-from .errors import InternalError
+from .errors import InputError, InternalError
 from .evaluator import make_evaluator
 from .model import Head, Layer, Model, Readout
 from .symbolic import SymFX
@@ -142,4 +142,80 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
         res = ev.forward(members)
         if ev.judge(res, np.array(cert.labels)).failed.any():
             raise InternalError("the synthesized model does not get the certificate's members right on the evaluator")
+    return out
+
+
+def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[float] = None,
+                         max_inputs: int = 256) -> Synthesis:
+    """Is there a recurrent model with `width` hidden units, every weight (U, W, b, h0, W_U, b_U) a
+    p-bit code, that answers every input of the task (the whole dataset, at most `max_inputs`) right
+    in FX (docs/arithmetic.md, "Recurrent models": a = sat(R(W h) + b), h = ReLU(sat(a + U[x]))),
+    read at the last position?  UNSAT: none does (the shape is impossible at this size); SAT: the
+    model, decoded and checked on the evaluator."""
+    from .model import Recurrent
+    t0 = time.monotonic()
+    data = [(b.tokens, b.expected) for b in task.batches(0, task.total, 4096)]
+    total = sum(len(t) for t, _ in data)
+    if total > max_inputs or task.per_position:
+        raise InputError(f"bounded synthesis over the whole dataset takes at most {max_inputs} inputs read at the "
+                         f"last position; {task.name} has {total}" + (" read at every position" if task.per_position else ""))
+    V, C, m = len(task.vocab), task.num_classes, width
+    S = SymFX(fx, [np.array([0])], width=2 * fx.p + int(np.ceil(np.log2(m + V + C + 4))) + 4)
+    variables = {}
+
+    def code(name: str) -> Sym:
+        variables[name] = z3.BitVec(name, S.width)
+        return Sym(expr=variables[name])
+
+    U = [[code(f"U_{v}_{r}") for r in range(m)] for v in range(V)]
+    W = [[code(f"W_{r}_{c}") for c in range(m)] for r in range(m)]
+    b = [code(f"b_{r}") for r in range(m)]
+    h0 = [code(f"h0_{r}") for r in range(m)]
+    WU = [[code(f"WU_{y}_{r}") for r in range(m)] for y in range(C)]
+    bU = [code(f"bU_{y}") for y in range(C)]
+
+    def lin(rows, x, bias):
+        return [S.sat(S.total([S.sat(S.round_shift(S.mul(w, xi), fx.f)) for w, xi in zip(row, x)] + [bb]))
+                for row, bb in zip(rows, bias)]
+
+    solver = z3.SolverFor("QF_BV")
+    if timeout is not None:
+        solver.set("timeout", max(1, int(timeout * 1000)))
+    for var in variables.values():
+        solver.add(var >= S.num(fx.lo), var <= S.num(fx.hi))
+    cache: dict = {(): h0}  # states by prefix: inputs share their prefixes
+    for tokens, expected in data:
+        for row, label in zip(tokens, expected):
+            for t in range(1, len(row) + 1):
+                key = tuple(int(x) for x in row[:t])
+                if key not in cache:
+                    a = lin(W, cache[key[:-1]], b)
+                    cache[key] = [S.relu(S.sat(S.add(ai, ui))) for ai, ui in zip(a, U[key[-1]])]
+            y = lin(WU, cache[tuple(int(x) for x in row)], bU)
+            if task.readout == "threshold":
+                theta = S.const(int(np.floor(0 * fx.one)))
+                for c in range(C):
+                    solver.add(S.z(S.gt(y[c], theta)) if (int(label) >> c) & 1 else z3.Not(S.z(S.gt(y[c], theta))))
+            else:
+                for c in range(C):
+                    if c != label:
+                        solver.add(S.z(S.gt(y[int(label)], y[c])))
+    if S.overflows:
+        solver.add(z3.Not(S.z(S.any(S.overflows))))
+    answer = solver.check()
+    verdict = "impossible" if answer == z3.unsat else "escapes" if answer == z3.sat else "unknown"
+    out = Synthesis(verdict, {"hidden": m, "parameters": len(variables)}, fx.describe(), time.monotonic() - t0, total,
+                    stats={"reason": solver.reason_unknown() if answer == z3.unknown else ""})
+    if answer == z3.sat:
+        mdl = solver.model()
+
+        def value(name):
+            return mdl.eval(variables[name], model_completion=True).as_signed_long() / fx.one
+
+        grid = lambda prefix, rows, cols: np.array([[value(f"{prefix}_{r}_{c}") for c in range(cols)]  # noqa: E731
+                                                    for r in range(rows)])
+        out.model = Recurrent(grid("U", V, m), grid("W", m, m), np.array([value(f"b_{r}") for r in range(m)]),
+                              np.array([value(f"h0_{r}") for r in range(m)]),
+                              Readout(grid("WU", C, m), np.array([value(f"bU_{y}") for y in range(C)]), task.readout),
+                              list(task.vocab), info={"construction": f"synthesized (recurrent, {m} hidden)"})
     return out
