@@ -308,6 +308,7 @@ class Decision:
     tie: tuple[int, ...] = ()  # argmax: the classes that share the exact maximum (then answer is None)
     bits: Optional[tuple[Optional[int], ...]] = None  # threshold: each bit, None where undecided
     verdict: Optional[str] = None  # against the expected answer: right | wrong | undecided
+    scores: tuple[Interval, ...] = ()  # the readout scores y = W_U x + b_U, certified
 
     @property
     def decided(self) -> bool:
@@ -333,8 +334,11 @@ class _Readout:
 
     def decide(self, x: Enc, expected) -> Decision:
         ylo, yhi = _bounds(lin(self.W, x, self.b))
-        if self.kind == "threshold":
-            return self._threshold(ylo, yhi, expected)
+        d = self._threshold(ylo, yhi, expected) if self.kind == "threshold" else self._argmax(ylo, yhi, x, expected)
+        d.scores = tuple(zip(ylo, yhi))
+        return d
+
+    def _argmax(self, ylo: list[Fraction], yhi: list[Fraction], x: Enc, expected) -> Decision:
         if self.C == 1:
             return Decision(0, None, verdict=None if expected is None else ("right" if expected == 0 else "wrong"))
         c = max(range(self.C), key=lambda j: ylo[j] + yhi[j])  # the candidate: the largest midpoint
@@ -456,23 +460,15 @@ def interval_text(m: Optional[Interval]) -> str:
 
 # -- the API --------------------------------------------------------------------------------------
 
-_PREPARED: dict[int, _Exact] = {}  # the last few models' exact weights, by identity
-
-
-def _prepared(model: Model | Recurrent) -> _Exact:
-    ex = _PREPARED.get(id(model))
-    if ex is None or ex.model is not model:
-        if len(_PREPARED) >= 8:
-            _PREPARED.pop(next(iter(_PREPARED)))
-        ex = _PREPARED[id(model)] = _Exact.of(model)
-    return ex
-
-
 def evaluate_batch(model: Model | Recurrent, tokens: np.ndarray, expected=None,
                    max_prec: int = MAX_PREC) -> list[ExactOutcome]:
     """Inputs (B, L) of one length in exact arithmetic; `expected` (B,) or (B, L'), the answers to
     judge against (optional).  Each input is refined until it is decided or reaches `max_prec`."""
-    ex = _prepared(model)
+    return _evaluate(_Exact.of(model), tokens, expected, max_prec)
+
+
+def _evaluate(ex: _Exact, tokens: np.ndarray, expected, max_prec: int) -> list[ExactOutcome]:
+    model = ex.model
     tokens = np.atleast_2d(np.asarray(tokens, dtype=np.int64))
     B = len(tokens)
     readout = _Readout(ex)
@@ -502,6 +498,16 @@ def evaluate_batch(model: Model | Recurrent, tokens: np.ndarray, expected=None,
 
 def _all_points(X: Enc, row: int) -> bool:
     return bool(np.all(np.equal(X.lo[row], X.hi[row]).astype(bool)))
+
+
+def read_state(model: Model | Recurrent, tokens) -> np.ndarray:
+    """The exact residual stream (the state, for a recurrent model) at the positions the readout
+    reads, (R, d) Fractions, of one input of a model without softmax (where it is exact)."""
+    ex = _Exact.of(model)
+    if ex.softmax_layers:
+        raise ValueError("read_state is exact only for a model without softmax attention")
+    X = _read_state(ex, np.atleast_2d(np.asarray(tokens, dtype=np.int64)), START_PREC)
+    return X.map(lambda a: a[0]).values()
 
 
 def evaluate(model: Model | Recurrent, tokens, expected=None, max_prec: int = MAX_PREC) -> ExactOutcome:
@@ -541,8 +547,9 @@ def search(problem, start: int = 0, stop: Optional[int] = None, max_wrong: Optio
     task = problem.task
     stop = task.total if stop is None else stop
     found = ExactSearch(0, 0)
+    ex = _Exact.of(problem.model)
     for b in task.batches(start, stop, batch):
-        for index, o in zip(b.index, evaluate_batch(problem.model, b.tokens, b.expected, max_prec)):
+        for index, o in zip(b.index, _evaluate(ex, b.tokens, b.expected, max_prec)):
             found.covered += 1
             v = o.verdict
             if v == "right":
@@ -555,3 +562,48 @@ def search(problem, start: int = 0, stop: Optional[int] = None, max_wrong: Optio
             if max_wrong is not None and len(found.wrong) >= max_wrong:
                 return found
     return found
+
+
+# -- why an FX counterexample fails ---------------------------------------------------------------
+
+CAUSES = ("exact", "saturation", "rounding", "undecided", "none")
+
+
+@dataclass
+class Cause:
+    """Why an input fails in FX: ``exact`` -- the unquantized model gets it wrong in exact
+    arithmetic too; ``saturation`` -- right in exact arithmetic, and values saturated in FX (a
+    finding about the format's range); ``rounding`` -- right in exact arithmetic, nothing
+    saturated (rounding alone); ``undecided`` -- exact arithmetic did not decide it at the
+    precision cap; ``none`` -- FX gets it right."""
+
+    kind: str
+    exact: ExactOutcome
+    saturated_at: list[str]
+
+    def text(self, task=None) -> str:
+        if self.kind in ("exact", "undecided"):
+            return self.exact.describe(task)
+        if self.kind == "none":
+            return "FX gets it right; " + self.exact.describe(task)
+        why = (f"a saturation counterexample (values saturated at {', '.join(self.saturated_at[:3])}"
+               + (f" and {len(self.saturated_at) - 3} more" if len(self.saturated_at) > 3 else "") + ")"
+               if self.kind == "saturation" else "a rounding counterexample (nothing saturated)")
+        return f"{why}: {self.exact.describe(task)}"
+
+
+def cause(problem, tokens, max_prec: int = MAX_PREC) -> Cause:
+    """Label an input of `problem` by why it fails in the problem's FX arithmetic: decided in
+    exact arithmetic here; whether FX fails it, and where its values saturated, from the FX
+    evaluator's trace (`api.explain`)."""
+    from .api import explain  # the FX side, only to judge the input and read its saturations
+    from .evaluator import make_evaluator
+    tokens = np.asarray(tokens, dtype=np.int64)
+    o = check(problem, tokens, max_prec)
+    quantized = make_evaluator(problem.model, problem.arith, tables=False)
+    t = explain(problem, tokens, quantized)
+    sat = list(t.out.saturated_at)
+    if not quantized.judge(t.out, np.array([t.truth])).failed[0]:
+        return Cause("none", o, sat)
+    kind = {"wrong": "exact", "undecided": "undecided"}.get(o.verdict) or ("saturation" if sat else "rounding")
+    return Cause(kind, o, sat)

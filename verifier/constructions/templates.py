@@ -26,7 +26,7 @@ of every row as a base-3 number at the last position (instructive attention, alp
   into the P rows.
 * Layer 2: alpha with last column (3^(l-1), ..., 3^0, 0), W_V = I.
 * Classifier: Lemma 3 on the final vectors of one sequence per template (the first substitution),
-  computed in float64.
+  in exact rationals.
 
 What is wrong as printed: CLS scores 0 with itself (no token rows), so it never gets its own 2 p_k
 and its flag is not cancelled; -I on the token rows subtracts c_i x_i when c_i positions share the
@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..budget import require_weights
-from ..evaluator import reference, trace
+from .. import exact
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
 from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
@@ -86,9 +86,8 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=N
             "alphabet": X, "templates": C, "d": L.d, "heads": 1, "layers": 2}
     model = Model(E=E, P=P, P_mask=np.ones(X + 1, bool), layers=layers,
                   readout=Readout(np.zeros((C, L.d)), np.zeros(C), "argmax"), vocab=list(task.vocab), info=info)
-    if paper:  # Lemma 3 on what the printed layers compute for one sequence of each template
-        real = reference(model)
-        vectors = np.array([trace(real, task.decode(int(task._offsets[t])))[1]["L1.resid"][-1] for t in range(C)])
+    if paper:  # Lemma 3 on what the printed layers compute (exactly) for one sequence of each template
+        vectors = [exact.read_state(model, task.decode(int(task._offsets[t])))[-1] for t in range(C)]
         model.readout.W_U, info["classifier"] = lemma3_classifier(vectors).T, "Lemma 3 (inductive)"
     else:
         t = np.array(task.template_list)
