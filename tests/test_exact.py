@@ -181,7 +181,7 @@ def test_an_irrational_tie_stays_undecided():
 
 
 def test_a_margin_near_zero_is_refined_until_decided():
-    """A margin of about 2^-120 needs more than the first 64 bits: it is decided at a higher one."""
+    """A margin of about 2^-100 needs more than the first 64 bits: it is decided at a higher one."""
     d = 4
     E = np.zeros((1, d))
     E[0, 3] = 1.0
@@ -189,7 +189,8 @@ def test_a_margin_near_zero_is_refined_until_decided():
     P[:, :3] = np.eye(3)
     head = Head(np.array([[0.0, 0.0, 0.0, 1.0]]), np.array([[0.0, -1.0, -1.0, 0.0]]), np.eye(d)[:3])
     layer = Layer([head], np.vstack([np.eye(3), np.zeros((1, 3))]), "softmax", residual=False)
-    W_U = np.array([[0.0, 1.0 + 2.0 ** -52, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    from verifier.model import exact_array
+    W_U = exact_array([[0, 1 + Fraction(1, 2 ** 100), 0, 0], [0, 0, 1, 0]])
     model = Model(E, P, np.ones(1, bool), [layer], Readout(W_U, np.zeros(2), "argmax"), ["t"])
     o = exact.evaluate(model, [0, 0, 0], 0)
     assert o.verdict == "right" and o.prec > 64 and o.margin[0] > 0
