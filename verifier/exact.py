@@ -162,6 +162,8 @@ def exp_enclosure(lo: Fraction, hi: Fraction, prec: int) -> tuple[Fraction, Frac
     mpmath's interval exp rounds its own endpoints outward (directed rounding)."""
     if lo == hi == 0:
         return Fraction(1), Fraction(1)
+    if hi <= Fraction(-7, 10) * (prec + GUARD_BITS):  # exp(hi) <= 2^-(prec + GUARD_BITS), as 0.7 > ln 2:
+        return Fraction(0), Fraction(1, 1 << (prec + GUARD_BITS))  # no million-bit rationals for exp(-1e6)
     ctx = _iv(prec)
     a = libmp.from_rational(lo.numerator, lo.denominator, prec, libmp.round_floor)
     b = libmp.from_rational(hi.numerator, hi.denominator, prec, libmp.round_ceiling)
