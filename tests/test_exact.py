@@ -230,5 +230,5 @@ def test_weights_are_read_at_every_call():
     layers compute) is evaluated with its new weights."""
     model = _tie_model("relu")
     assert exact.evaluate(model, [0, 1], 0).verdict == "wrong"
-    model.readout.W_U[0] = [2.0, 4.0]
+    model.readout.b_U[0] = 1.0
     assert exact.evaluate(model, [0, 1], 0).verdict == "right"
