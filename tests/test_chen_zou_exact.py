@@ -129,3 +129,19 @@ def test_template_matching_charitable_layers_are_separable():
     assert not mistakes
     problem.model.readout.W_U = W
     assert exact.search(problem).verdict == "proved"
+
+
+def test_verify_exact_command(capsys):
+    """`verify exact` prints the verdict in exact arithmetic and exits 1 when an input is wrong,
+    0 when every input is right, 2 on bad input."""
+    import json
+    import cli
+    code = cli.main(["exact", "template_matching", "--N", "3", "--variant", "paper", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["verdict"] == "refuted" and doc["covered"] == doc["total"] == 27
+    assert doc["wrong"][0]["verdict"] == "wrong" and doc["wrong"][0]["exact"]
+    code = cli.main(["exact", "memorization", "--N", "3", "--alphabet", "4", "--variant", "paper"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("PROVED in exact arithmetic") and "min margin  1/64 (exact)" in out
+    assert cli.main(["exact", "icqa", "--N", "3", "--stop", "5000"]) == 2
+    assert "is not inside" in capsys.readouterr().err

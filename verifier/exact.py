@@ -536,10 +536,55 @@ class ExactSearch:
     min_margin: Optional[Interval] = None  # the smallest margin over the inputs covered
     tightest: Optional[int] = None  # the index of an input with that margin
 
+    total: int = 0  # the task's input count (the search may cover a range of it)
+    max_prec: int = MAX_PREC
+
     @property
     def verdict(self) -> str:
-        """proved (every input right), refuted (one is wrong) or unknown (some undecided)."""
-        return "refuted" if self.wrong else "unknown" if self.undecided else "proved"
+        """refuted (an input is wrong), unknown (some undecided, or only a range covered) or proved."""
+        if self.wrong:
+            return "refuted"
+        return "unknown" if self.undecided or self.covered < self.total else "proved"
+
+    @property
+    def exit_code(self) -> int:
+        return {"proved": 0, "refuted": 1, "unknown": 3}[self.verdict]
+
+    def summary(self, problem, shown: int = 1) -> str:
+        """What `verify exact` prints: the verdict in exact arithmetic, the counts, the tightest
+        input, and the first `shown` wrong (and undecided) inputs."""
+        task, model = problem.task, problem.model
+        info = model.info
+        what = info.get("construction", "model") + (f" ({info['theorem']})" if info.get("theorem") else "")
+        lines = [f"{self.verdict.upper()} in exact arithmetic: {what}"
+                 + (f", variant {info['variant']}" if info.get("variant") else "") + f" on {task.name} "
+                 + ", ".join(f"{k}={v}" for k, v in task.describe().items() if k not in ("name", "inputs", "answers_sha256")),
+                 f"  arithmetic  exact: the weights as the rationals they hold, every linear operation in rationals, "
+                 f"exp enclosed by mpmath interval arithmetic (refined up to {self.max_prec} bits); no rounding, no range",
+                 f"  inputs      {self.covered:,} of {self.total:,} covered: {self.right:,} right, {len(self.wrong):,} "
+                 f"wrong, {len(self.undecided):,} undecided"]
+        if self.min_margin is not None:
+            lines.append(f"  min margin  {interval_text(self.min_margin)} at {task.render(task.decode(self.tightest))}")
+        for label, found in (("wrong", self.wrong), ("undecided", self.undecided)):
+            for index, o in found[:shown]:
+                lines.append(f"  {label} #{index}: {task.render(o.tokens)} -> {o.describe(task)}")
+        return "\n".join(lines)
+
+    def to_json(self, problem) -> dict:
+        task = problem.task
+
+        def one(index: int, o: ExactOutcome) -> dict:
+            return {"index": index, "input": task.render(o.tokens), "tokens": o.tokens, "verdict": o.verdict,
+                    "reason": o.reason, "position": o.position, "produced": o.produced(task),
+                    "margin": None if o.margin is None else [str(o.margin[0]), str(o.margin[1])],
+                    "exact": o.exact, "prec": o.prec, "text": o.describe(task)}
+
+        return {"verdict": self.verdict, "arithmetic": {"kind": "exact", "max_prec": self.max_prec},
+                "task": task.describe(), "construction": problem.model.info, "covered": self.covered,
+                "total": self.total, "right": self.right,
+                "min_margin": None if self.min_margin is None else [str(x) for x in self.min_margin],
+                "tightest": None if self.tightest is None else task.render(task.decode(self.tightest)),
+                "wrong": [one(i, o) for i, o in self.wrong], "undecided": [one(i, o) for i, o in self.undecided]}
 
 
 def search(problem, start: int = 0, stop: Optional[int] = None, max_wrong: Optional[int] = None,
@@ -548,7 +593,7 @@ def search(problem, start: int = 0, stop: Optional[int] = None, max_wrong: Optio
     (and undecided) ones; stop after `max_wrong` wrong inputs when given."""
     task = problem.task
     stop = task.total if stop is None else stop
-    found = ExactSearch(0, 0)
+    found = ExactSearch(0, 0, total=task.total, max_prec=max_prec)
     ex = _Exact.of(problem.model)
     for b in task.batches(start, stop, batch):
         for index, o in zip(b.index, _evaluate(ex, b.tokens, b.expected, max_prec)):
