@@ -457,7 +457,7 @@ def interval_text(m: Optional[Interval]) -> str:
     lo, hi = m
     if lo == hi:
         return f"{lo} (exact)" if lo.denominator == 1 or lo.denominator < 10 ** 6 else f"{float(lo):.6g} (exact)"
-    return f"in [{float(lo):.6g}, {float(hi):.6g}]"
+    return f"{float((lo + hi) / 2):.9g} +- {float((hi - lo) / 2):.1e} (certified)"
 
 
 # -- the API --------------------------------------------------------------------------------------
