@@ -232,3 +232,17 @@ def test_weights_are_read_at_every_call():
     assert exact.evaluate(model, [0, 1], 0).verdict == "wrong"
     model.readout.b_U[0] = 1.0
     assert exact.evaluate(model, [0, 1], 0).verdict == "right"
+
+
+@pytest.mark.parametrize("dims", [{"m": 0}, {"mv": 0}, {"h": 0}, {"d": 0, "m": 1}])
+def test_degenerate_shapes(dims):
+    """Zero-width maps (empty sums are exactly 0) give the reference's scores."""
+    for seed in range(3):
+        model = random_model(np.random.default_rng(seed), 3, 3, dims=dims)
+        toks = np.array([0, 1, 2])
+        want = ref_real_forward(model, [0, 1, 2])
+        got = exact.evaluate(model, toks, max_prec=128)
+        for d, ys in zip(got.decisions, want):
+            for (lo, hi), y in zip(d.scores, ys):
+                tol = TOL * (1 + abs(y))
+                assert lo - tol <= y <= hi + tol

@@ -7,13 +7,15 @@ evaluator (`verifier.evaluator`) and shares no evaluation code with it:
   an exact array (`model.is_exact`, Fractions such as 1/3) is used as it is, and the readout
   threshold is `Fraction(theta)`;
 * every linear map, dot product, residual sum, ReLU, head mean (ReLU attention's 1/m) and masked
-  attention is computed in `fractions.Fraction`: a model without softmax (Chen and Zou's ReLU
-  attention, recurrent models) is evaluated exactly, and a margin of 0 comes out as exactly 0;
+  attention is computed in rationals (integer numerators over one denominator per array): a model
+  without softmax (Chen and Zou's ReLU attention, recurrent models) is evaluated exactly, and a
+  margin of 0 comes out as exactly 0;
 * softmax needs exp, whose value at a non-zero rational is irrational: it is enclosed by mpmath's
-  interval arithmetic (`mpmath.iv`, each endpoint rounded outward by the directed-rounding mpf
-  functions) at a working precision of `prec` bits, and everything downstream carries certified
-  rational enclosures [lo, hi] (outward rounded to a dyadic grid of 2^-(prec + 32) after each
-  layer, to keep the rationals short).  exp(0) = 1 is exact, so uniform attention stays exact.
+  interval arithmetic (an `mpmath.iv` context, each endpoint rounded outward by the
+  directed-rounding mpf functions) at a working precision of `prec` bits, and everything downstream
+  carries certified rational enclosures [lo, hi] (the attention weights rounded outward to the
+  dyadic grid 2^-(prec + 32), to keep the rationals short).  exp(0) = 1 is exact, so uniform
+  attention stays exact.
 
 An input is evaluated at increasing precision (64, 128, ... bits) until every decision it needs is
 certain: the sign of each margin, each threshold bit, the winning class.  At the precision cap
@@ -40,12 +42,11 @@ import numpy as np
 from mpmath import libmp
 from mpmath.ctx_iv import MPIntervalContext
 
-from .model import Model, Recurrent, is_exact
+from .model import Model, Recurrent
 
 START_PREC = 64  # bits of the first exp enclosures
 MAX_PREC = 4096  # the cap: an input still undecided there is reported undecided
 GUARD_BITS = 32  # the dyadic grid of inexact values is 2^-(prec + GUARD_BITS)
-VERDICTS = ("right", "wrong", "undecided")
 
 
 # -- rationals and enclosures ---------------------------------------------------------------------
@@ -76,11 +77,10 @@ class Enc:
     def exact(self) -> bool:
         return self.lo is self.hi
 
-    def values(self, which: str = "lo") -> np.ndarray:
-        """One bound as an object array of Fractions."""
-        arr = self.lo if which == "lo" else self.hi
-        out = np.empty(arr.shape, dtype=object)
-        out.ravel()[:] = [Fraction(int(n), self.den) for n in arr.ravel()]
+    def values(self) -> np.ndarray:
+        """The lower bounds (the values, for an exact array) as an object array of Fractions."""
+        out = np.empty(self.lo.shape, dtype=object)
+        out.ravel()[:] = [Fraction(int(n), self.den) for n in self.lo.ravel()]
         return out
 
     def map(self, fn, den: Optional[int] = None) -> "Enc":
@@ -120,10 +120,6 @@ class Enc:
         """Divided through by the gcd of the denominator and every numerator."""
         g = math.gcd(self.den, *self.lo.ravel(), *(() if self.exact else self.hi.ravel()))
         return self if g == 1 else self.map(lambda a: a // g, self.den // g)
-
-    def at(self, index) -> tuple[Fraction, Fraction]:
-        """Entry `index` as (lo, hi) Fractions."""
-        return Fraction(int(self.lo[index]), self.den), Fraction(int(self.hi[index]), self.den)
 
 
 def lin(W: Enc, x: Enc, b: Optional[Enc] = None) -> Enc:
