@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 import verifier
-from verifier import interrupts, plots, report, separation, shapes
+from verifier import exact, interrupts, plots, report, separation, shapes
 from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS, FixedPoint
 from verifier.budget import Deadline
 from verifier.cache import Cache, default_path as default_cache_path
@@ -287,6 +287,38 @@ def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engi
                                      accumulate=accumulate, model=model, **options)
     return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
                   trace, solver, smtlib)
+
+
+@cli.command("exact")
+@click.argument("task_name")
+@click.option("--N", "N", type=int, required=True, help="Size of the task (largest input length).")
+@task_option_flags(ALL_TASK_OPTIONS)
+@construction_options()
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+              help="A .npz model file instead of the built-in construction.")
+@click.option("--p", "p", type=int, default=12, show_default=True,
+              help="The precision the construction is built for (its scales may depend on --f); not used to evaluate.")
+@click.option("--f", "f", type=int, default=None, help="Fractional bits the construction is built for (default p // 2).")
+@click.option("--start", type=int, default=0, help="First input of the range (enumeration order).")
+@click.option("--stop", type=int, default=None, help="End of the range (exclusive; default: all).")
+@click.option("--max-counterexamples", type=int, default=None,
+              help="Stop after this many inputs wrong in exact arithmetic (default: decide every input).")
+@click.option("--max-prec", type=click.IntRange(64, 1 << 16), default=exact.MAX_PREC, show_default=True,
+              help="Bits of the exp enclosures past which an input is reported undecided.")
+@click.option("--show", type=click.IntRange(0), default=1, show_default=True, help="Wrong inputs to print.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def exact_cmd(task_name, N, variant, k, eta, seed, model_path, p, f, start, stop, max_counterexamples, max_prec, show,
+              as_json, **options):
+    """Decide every input of a task in exact arithmetic (the unquantized model, no rounding): exit 0
+    if all are right, 1 if one is wrong, 3 if some are undecided or only a range was covered."""
+    model = verifier.load_model(model_path) if model_path else None
+    problem = verifier.build_problem(task_name, N=N, p=p, f=f, variant=variant, k=k, eta=eta,
+                                     **({"seed": seed} if model is None else {}), model=model, **options)
+    if not 0 <= start <= (problem.task.total if stop is None else stop) <= problem.task.total:
+        raise InputError(f"the range {start}..{stop} is not inside 0..{problem.task.total}")
+    found = exact.search(problem, start, stop, max_counterexamples, max_prec=max_prec)
+    click.echo(json.dumps(found.to_json(problem), indent=2) if as_json else found.summary(problem, show))
+    return found.exit_code
 
 
 @cli.command("export")

@@ -187,3 +187,80 @@ def ref_answer(model, fx: RefFX, y: list[int]) -> tuple[int, bool]:
         return y.index(top), y.count(top) > 1
     theta = Fraction(model.readout.theta)
     return sum(1 << i for i, c in enumerate(y) if fx.val(c) > theta), False
+
+
+# -- the real path: the unquantized model in exact arithmetic ------------------------------------
+
+def _q(x) -> Fraction:
+    return x if isinstance(x, Fraction) else Fraction(x) if isinstance(x, int) else Fraction(float(x))
+
+
+def _mat(W) -> list:
+    return [[_q(w) for w in row] for row in W]
+
+
+def _vec(b) -> list | None:
+    return None if b is None else [_q(x) for x in b]
+
+
+def _affine(W: list, x: list, b: list | None) -> list:
+    return [sum((w * v for w, v in zip(row, x)), Fraction(0)) + (b[i] if b else 0) for i, row in enumerate(W)]
+
+
+def ref_real_forward(model, tokens: list[int], prec: int = 600) -> list:
+    """Readout scores of the unquantized model, one list per position read (the last only, or every
+    position after a BOS token): every linear operation in Fractions; softmax with exp from mpmath
+    at `prec` bits, so that a softmax model's scores are within about 2^-(prec - 50) of the real
+    values and a model without softmax gets them exactly.  Plain loops, one input."""
+    if not hasattr(model, "layers"):  # an Elman network
+        U, W, b, h = _mat(model.U), _mat(model.W), _vec(model.b), _vec(model.h0)
+        states = []
+        for t in tokens:
+            h = [max(Fraction(0), a + u) for a, u in zip(_affine(W, h, b), U[t])]
+            states.append(h)
+        read = states if model.readout.positions == "all" else states[-1:]
+    else:
+        E, P = _mat(model.E), _mat(model.P)
+        L = len(tokens)
+        X = [[e + (p if model.P_mask[t] else 0) for e, p in zip(E[t], P[i])] for i, t in enumerate(tokens)]
+        every = model.readout.positions == "all"
+        for li, layer in enumerate(model.layers):
+            final = li == len(model.layers) - 1
+            qpos = [L - 1] if final and not every else list(range(L))
+            heads = [(_mat(h.W_Q), _mat(h.W_K), _mat(h.W_V), _vec(h.b_Q), _vec(h.b_K), _vec(h.b_V))
+                     for h in layer.heads]
+            WO, bO = _mat(layer.W_O), _vec(layer.b_O)
+            new_X = []
+            for i in qpos:
+                keys = [j for j in range(L) if not layer.causal or j <= i]
+                outs = []
+                for WQ, WK, WV, bQ, bK, bV in heads:
+                    q = _affine(WQ, X[i], bQ)
+                    s = [sum((a * c for a, c in zip(q, _affine(WK, X[j], bK))), Fraction(0)) for j in keys]
+                    if layer.attention == "softmax":
+                        with mpmath.workprec(prec):
+                            M = max(s)
+                            # below e^-500 a weight is 0 here: 2^-720 off, far below the tests' tolerance
+                            e = [mpmath.exp(mpmath.mpf(x.numerator) / x.denominator) if x > -500 else mpmath.mpf(0)
+                                 for x in (v - M for v in s)]
+                            Z = mpmath.fsum(e)
+                            w = [Fraction(*mpmath.libmp.to_rational((x / Z)._mpf_)) for x in e]
+                    else:
+                        w = [max(Fraction(0), x) for x in s]
+                    vs = [_affine(WV, X[j], bV) for j in keys]
+                    outs.append([sum((a * v[c] for a, v in zip(w, vs)), Fraction(0)) for c in range(len(WV))])
+                if layer.attention == "softmax":
+                    mixed = [x for o in outs for x in o]
+                else:
+                    mixed = [sum(o[c] for o in outs) / len(outs) for c in range(len(outs[0]))]
+                x = _affine(WO, mixed, bO)
+                x = [a + c for a, c in zip(X[i], x)] if layer.residual else x
+                if layer.has_ffn:
+                    hidden = [max(Fraction(0), a) for a in _affine(_mat(layer.W1), x, _vec(layer.b1))]
+                    F = _affine(_mat(layer.W2), hidden, _vec(layer.b2))
+                    x = [a + c for a, c in zip(x, F)] if layer.residual else F
+                new_X.append(x)
+            X = new_X
+        read = X[1:] if every and model.bos is not None else X
+    WU, bU = _mat(model.readout.W_U), _vec(model.readout.b_U)
+    return [_affine(WU, x, bU) for x in read]

@@ -150,7 +150,7 @@ def test_memorization_is_only_enumerable(capsys):
 
 
 # -- printed constructions that fail -------------------------------------------------------------
-@pytest.mark.parametrize("task,N,opts,p", [("memorization", 3, dict(alphabet=4), 12),
+@pytest.mark.parametrize("task,N,opts,p", [("memorization", 3, dict(alphabet=4), 11),
                                            ("template_matching", 2, {}, 16), ("template_matching", 3, {}, 16)])
 def test_printed_constructions_are_refuted(task, N, opts, p):
     result = verifier.prove(task, N=N, p=p, variant="paper", max_counterexamples=3, **opts)
@@ -162,18 +162,21 @@ def test_printed_constructions_are_refuted(task, N, opts, p):
 
 
 def test_lemma3_classifier_needs_more_bits_than_the_normalized_rows():
-    printed = {p: verifier.prove("memorization", N=3, alphabet=4, p=p, variant="paper").verdict for p in (12, 16)}
-    assert printed == {12: "refuted", 16: "proved"}
+    """Lemma 3 in exact rationals has margin 1/64 here (tests/test_chen_zou_exact.py): proved from p = 12."""
+    printed = {p: verifier.prove("memorization", N=3, alphabet=4, p=p, variant="paper").verdict for p in (11, 12, 16)}
+    assert printed == {11: "refuted", 12: "proved", 16: "proved"}
     assert verifier.prove("memorization", N=3, alphabet=4, p=10).verdict == "proved"
 
 
 def test_printed_template_matching_fails_in_exact_arithmetic():
+    from verifier import exact
     cex = verifier.prove("template_matching", N=2, p=16, variant="paper").counterexamples[0]
-    assert cex.real_produced == cex.produced != cex.expected  # the unquantized model is wrong too
+    problem = verifier.build_problem("template_matching", N=2, p=16, variant="paper")
+    assert exact.cause(problem, cex.tokens).kind == "exact"  # the unquantized model is wrong too, exactly
 
 
 def test_printed_ictm_cannot_be_built(capsys):
-    with pytest.raises(UnbuildableError, match="not square"):
+    with pytest.raises(UnbuildableError, match="not n x n as printed"):
         verifier.build_problem("ictm", N=2, p=12, variant="paper")
     code, _, err = run(capsys, "ictm", "--k", 2, "--p", 12, "--variant", "paper")
     assert code == 2 and len(err.splitlines()) == 1

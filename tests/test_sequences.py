@@ -123,6 +123,18 @@ def test_the_printed_sht_spacing_confuses_a_mismatch_with_the_start_token():
     assert any(c.expected == "BOT" and c.produced != "BOT" for c in r.counterexamples)
     fixed = verifier.prove("induction_heads", N=6, sigma=4, p=24, f=12, variant="sht")
     assert fixed.verdict == "proved"
+    # the formulas are Sanford, Hsu, Telgarsky's arXiv:2402.09268, read from a transcription only
+    for result in (r, fixed):
+        theorem = result.construction["theorem"]
+        assert "arXiv:2402.09268" in theorem and "as transcribed, unverified" in theorem
+        assert "2408.14332" not in result.summary()
+    from verifier.constructions import CONSTRUCTIONS
+    variants = CONSTRUCTIONS["induction_heads"].variants  # what `verify list` prints
+    assert all("2402.09268" in variants[v] and "as transcribed, unverified" in variants[v] for v in ("sht", "sht-printed"))
+    from verifier import exact
+    problem = verifier.build_problem("induction_heads", N=6, sigma=4, p=24, f=12, variant="sht-printed")
+    first = next(c for c in r.counterexamples if c.expected == "BOT")
+    assert exact.cause(problem, first.tokens).kind == "exact"  # not a rounding artefact
 
 
 def test_recurrent_dyck_model_is_proved_for_every_length_at_constant_size():

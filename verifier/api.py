@@ -274,7 +274,8 @@ def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | Recur
         expected=task.answer_name(mine[0]), produced=_produced_name(task, t.out, at), reason=mine[2],
         margin=t.margin, overflow_at=list(t.out.where), real_produced=_produced_name(task, t.real_out, at),
         real_margin=t.real_margin, trace=t.table,
-        position=None if at is None else at + read_from(problem.model))  # in the input, BOS included
+        position=None if at is None else at + read_from(problem.model),  # in the input, BOS included
+        saturated_at=list(t.out.saturated_at))
 
 
 def _claim(task, expected: int, produced: int, reason: Optional[str], position: Optional[int]) -> str:

@@ -37,11 +37,13 @@ Recorder = Optional[Callable[[str, np.ndarray], None]]
 
 
 class Ctx:
-    """Saturation bookkeeping for one evaluation (used when ``overflow = error``).
+    """Saturation bookkeeping for one evaluation.
 
     ``ovf`` has the batch shape: the leading axes that every tensor of the call shares (inputs
-    for a batch, table rows for partial evaluation).  With ``locate``, the first saturated
-    coordinate of each event is kept as a readable location, for traces.
+    for a batch, table rows for partial evaluation); it is set when ``overflow = error``
+    (``track``).  With ``locate`` (traces), the first saturated coordinate of each event is kept
+    as a readable location, under either overflow rule: ``saturated_at`` lists every saturation,
+    ``where`` those that fail the input (``overflow = error``).
     """
 
     def __init__(self, batch_shape: tuple, track: bool, locate: bool = False):
@@ -49,16 +51,25 @@ class Ctx:
         self.locate = locate
         self.ovf = np.zeros(batch_shape, dtype=bool)
         self.where: list[str] = []
+        self.saturated_at: list[str] = []
+
+    @property
+    def watch(self) -> bool:
+        """Are saturations noted at all (tracked, or located for a trace)?"""
+        return self.track or self.locate
 
     def note(self, name: str, saturated: np.ndarray) -> None:
-        if not self.track:
+        if not self.watch:
             return
         nd = self.ovf.ndim
         hit = saturated.reshape(saturated.shape[:nd] + (-1,)).any(-1) if saturated.ndim > nd else saturated
-        self.ovf |= hit
+        if self.track:
+            self.ovf |= hit
         if self.locate and hit.any():
             first = np.argwhere(saturated)[0][nd:]
-            self.where.append(f"{name}[{','.join(str(int(i)) for i in first)}]")
+            self.saturated_at.append(f"{name}[{','.join(str(int(i)) for i in first)}]")
+            if self.track:
+                self.where.append(self.saturated_at[-1])
 
 
 @dataclass(frozen=True)
@@ -161,7 +172,7 @@ class FixedPoint:
     def sat(self, x: np.ndarray, ctx: Ctx, name: str, present: Optional[np.ndarray] = None) -> np.ndarray:
         """Clamp to the code range; under overflow = error, note saturations (of present entries)."""
         y = np.minimum(np.maximum(x, self.lo), self.hi)  # np.clip is several times slower on int64
-        if ctx.track:
+        if ctx.watch:
             ctx.note(name, (y != x) if present is None else (y != x) & present)
         return y
 
@@ -239,11 +250,11 @@ class FixedPoint:
         M = np.where(allowed, s, self.lo).max(-1, keepdims=True)
         raw = s - M
         d = np.clip(raw, self.lo, 0)  # allowed entries are <= 0; masked ones may be anything
-        if ctx.track:
+        if ctx.watch:
             ctx.note(f"{name}.d", (raw < self.lo) & allowed)
         dmin, table = exp_table(self.p, self.f, self.rounding)
         e = np.where(allowed, table[np.maximum(d, dmin) - dmin], 0)
-        if ctx.track and self.one > self.hi:
+        if ctx.watch and self.one > self.hi:
             ctx.note(f"{name}.exp", (d == 0) & allowed)  # exp(0) = 1 is not representable
         Z = e.sum(-1, keepdims=True)
         a = self.sat(self.round_div(e << self.f, Z), ctx, f"{name}.attn")

@@ -28,6 +28,8 @@ HOW_TO_READ = (
     "output), L<l>.heads, L<l>.attn_out (after W_O), L<l>.resid, L<l>.ffn_hidden, L<l>.ffn_out, L<l>.out, "
     "readout.scores (one row per position read). A recurrent model: Wh (W h_{t-1} + b per step), h "
     "(the state after each step). 'position' in the counterexample is the first position that fails. "
+    "counterexample.saturated_at: every intermediate where a value left the range and was clamped "
+    "(under either overflow rule; overflow_at lists those that fail the input under overflow = error). "
     "first_departure: the first intermediate where FX is more than one step 2^-f from the real value (more "
     "than one rounding explains), with the element and the gap in steps. quantized_weights: the weight "
     "codes the run used (value = code * 2^-f), under the model file's names.")

@@ -47,7 +47,8 @@ class Outputs:
     pred: np.ndarray  # (B,) int64: class (argmax) or bit pattern (threshold)
     tie: np.ndarray  # (B,) bool: argmax had no strict maximum
     ovf: np.ndarray  # (B,) bool: a saturation happened under overflow = error
-    where: list[str] = field(default_factory=list)  # saturation locations (trace mode)
+    where: list[str] = field(default_factory=list)  # saturation locations that fail it (trace mode)
+    saturated_at: list[str] = field(default_factory=list)  # every saturation's location, either rule (trace)
 
 
 @dataclass
@@ -344,7 +345,7 @@ class Evaluator(_Reader):
             X = self.finish_layer(li, Xq, outs, ctx, rec)
         y = self.scores(X[:, read_from(q):] if every else X[:, -1], ctx, rec)
         pred, tie = self._decide(y)
-        return Outputs(y, pred, tie, ctx.ovf, ctx.where)
+        return Outputs(y, pred, tie, ctx.ovf, ctx.where, ctx.saturated_at)
 
     def finish_layer(self, li: int, Xq: np.ndarray, outs: list[np.ndarray], ctx: Ctx, rec: Recorder = None) -> np.ndarray:
         """Layer li after its heads, position by position: the heads' outputs `outs` (per head
@@ -401,7 +402,7 @@ class RecurrentEvaluator(_Reader):
         y, pred, tie = self.read(H if q.readout.positions == "all" else h, ctx)
         if rec:
             rec("readout.scores", y)
-        return Outputs(y, pred, tie, ctx.ovf, ctx.where)
+        return Outputs(y, pred, tie, ctx.ovf, ctx.where, ctx.saturated_at)
 
     def step(self, h: np.ndarray, tokens: np.ndarray, ctx: Ctx, name: str) -> tuple[np.ndarray, np.ndarray]:
         """One step from states h (B, d) on tokens (B,): (W h + b, the new states)."""

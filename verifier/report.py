@@ -114,6 +114,8 @@ def _counterexample(c: dict) -> str:
         rows.append(("the unquantized model answers", f"{_e(c['real_produced'])} (margin {_e(c['real_margin'])})"))
     if c.get("overflow_at"):
         rows.append(("overflow at", _e(", ".join(c["overflow_at"]))))
+    if c.get("saturated_at"):
+        rows.append(("values saturated at", _e(", ".join(c["saturated_at"]))))
     return "<h2>Counterexample</h2>" + _table(rows)
 
 

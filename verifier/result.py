@@ -28,11 +28,13 @@ class Counterexample:
     real_margin: Optional[float] = None
     trace: dict = field(default_factory=dict, repr=False)  # name -> (codes, values, real)
     position: Optional[int] = None  # for a sequence output: the first position that fails (0-based)
+    saturated_at: list[str] = field(default_factory=list)  # where values saturated, under either overflow rule
 
     def to_json(self) -> dict:
         return {"index": self.index, "tokens": self.tokens, "input": self.input, "position": self.position,
                 "expected": self.expected, "produced": self.produced, "reason": self.reason,
                 "margin": finite_or_none(self.margin), "overflow_at": self.overflow_at,
+                "saturated_at": self.saturated_at,
                 "real_produced": self.real_produced,
                 "real_margin": finite_or_none(self.real_margin)}
 
@@ -41,7 +43,7 @@ class Counterexample:
         """A counterexample read back from `to_json` (the trace is not part of it)."""
         return cls(d["index"], d["tokens"], d["input"], d["expected"], d["produced"], d["reason"],
                    math.nan if d["margin"] is None else d["margin"], d["overflow_at"], d["real_produced"],
-                   d["real_margin"], position=d["position"])
+                   d["real_margin"], position=d["position"], saturated_at=d.get("saturated_at", []))
 
     @property
     def claim(self) -> str:
@@ -157,9 +159,14 @@ class Result:
             real = (f"; the unquantized model answers {c.real_produced} (margin {c.real_margin:.4g})"
                     if c.real_produced is not None else "")
             ovf = f" at {', '.join(c.overflow_at)}" if c.overflow_at else ""
+            sat = "" if c.overflow_at or not c.saturated_at else f"; values saturated at {_places(c.saturated_at)}"
             lines.append(f"  counterexample #{c.index}: {c.input} -> {c.claim} "
-                         f"({c.reason}{ovf}, margin {c.margin:g}){real}")
+                         f"({c.reason}{ovf}, margin {c.margin:g}{sat}){real}")
         return "\n".join(lines)
+
+
+def _places(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def count_text(n: int) -> str:

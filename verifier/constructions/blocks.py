@@ -24,10 +24,11 @@ reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-from ..model import Head, Layer
+from ..model import Head, Layer, exact_array
 
 
 class Layout:
@@ -159,27 +160,66 @@ class ReluLayer:
         return Layer(heads, np.eye(d)[:, written], attention="relu", residual=True, causal=False)
 
 
-def lemma3_classifier(V: np.ndarray) -> np.ndarray:
-    """Lemma 3: W (D, C) with argmax_j (V[i] W)[j] = i for pairwise linearly independent rows V[i].
+def lemma3_classifier(V) -> np.ndarray:
+    """Lemma 3 (Chen and Zou 2024, Appendix 12), the paper's induction, in exact rationals: W (D, C)
+    with argmax_j (V[i] W)[j] = i for pairwise linearly independent rows V[i].
 
-    The paper's induction, in float64: w_0, w_1 solve x_i w_j = [i = j] for the first two vectors;
-    vector k then gets w_k = w_{i_k} + Delta / M, where i_k is its best old class, x_{i_k} Delta = -1
-    and x_k Delta = 1, and M shrinks Delta below the margin epsilon = min_i (o_ii - o_{i, i_k}) of
-    the other vectors.  The paper leaves the solution and M open: we take the minimum-norm Delta and
-    M = 2 max_j |x_j Delta| / epsilon.  Vectors that break the lemma's hypothesis (two parallel ones)
-    make epsilon <= 0; then M = 1, and the classifier it builds is left for the verifier to refute."""
-    C, D = V.shape
-    W = np.zeros((D, C))
+    The lemma: "there exists a linear projector W such that (x_i W)[y_i] > (x_i W)[j] for all
+    j != y_i".  The proof: for the first two vectors "let a = [1, 0], b = [0, 1] and solve"
+    [x_0; x_1][w_0 w_1] = [a; b]; vector k then gets w_k = w_{i_k} + Delta w_k, where
+    "i_k = argmax_i o^(k)_{:k}" (its best old class), Delta w_k solves "x_{i_k} Delta w_k = -1,
+    x_k Delta w_k = 1", and is rescaled "Delta w_k = (1/M) Delta w_k to ensure that the vibration
+    for any other rows is less than epsilon", epsilon = min over the other old rows i of
+    (o_ii - o_{i,i_k}) (the paper writes p_ii for o_ii).
+
+    The paper leaves two choices open, which we fill: the solution of each system is the
+    minimum-norm one (the pseudo-inverse, exact), and M = max(1, 2 max_i |x_i Delta w_k| / epsilon)
+    over the other old rows i, so that each vibration is at most epsilon / 2 (< epsilon, as the
+    proof asks; Delta is never enlarged).  Every step is exact: V's entries are taken as the
+    rationals they hold, and W is an object array of Fractions (`model.exact_array`), so that a
+    p-bit grid rounds the lemma's W and not a float64 neighbour of it.  Vectors that break the
+    hypothesis (two parallel ones) make epsilon <= 0; then M = 1, and the classifier it builds
+    is left for the verifier to refute."""
+    X = [[Fraction(v) for v in row] for row in np.asarray(V, dtype=object)]
+    C = len(X)
+    cols: list[list[Fraction]] = [[] for _ in range(C)]  # w_j, one column per class
     first = min(C, 2)
-    W[:, :first] = np.linalg.pinv(V[:first]) @ np.eye(first)
-    for k in range(2, C):
-        O = V[:k] @ W[:, :k]
-        ik = int(np.argmax(V[k] @ W[:, :k]))
+    for j in range(first):
+        cols[j] = _min_norm(X[:first], [Fraction(int(i == j)) for i in range(first)])
+    o = {}  # o[i, j] = x_i w_j, computed once (a column never changes after it is set)
+
+    def out(i: int, j: int) -> Fraction:
+        if (i, j) not in o:
+            o[i, j] = _dot(X[i], cols[j])
+        return o[i, j]
+
+    for k in range(first, C):
+        scores = [out(k, j) for j in range(k)]
+        ik = scores.index(max(scores))
         others = [i for i in range(k) if i != ik]
-        delta = np.linalg.pinv(V[[ik, k]]) @ np.array([-1.0, 1.0])
-        M = 1.0
-        eps = min((O[i, i] - O[i, ik] for i in others), default=0.0)
+        delta = _min_norm([X[ik], X[k]], [Fraction(-1), Fraction(1)])
+        eps = min((out(i, i) - out(i, ik) for i in others), default=Fraction(0))
+        M = Fraction(1)
         if eps > 0:
-            M = max(1.0, 2 * float(np.abs(V[others] @ delta).max()) / eps)
-        W[:, k] = W[:, ik] + delta / M
-    return W
+            M = max(M, 2 * max(abs(_dot(X[i], delta)) for i in others) / eps)
+        cols[k] = [w + dw / M for w, dw in zip(cols[ik], delta)]
+    return exact_array([[cols[j][r] for j in range(C)] for r in range(len(X[0]))])
+
+
+def _dot(a: list[Fraction], b: list[Fraction]) -> Fraction:
+    return sum((x * y for x, y in zip(a, b)), Fraction(0))
+
+
+def _min_norm(A: list[list[Fraction]], b: list[Fraction]) -> list[Fraction]:
+    """The minimum-norm least-squares solution pinv(A) b of A w = b, exactly, for one or two rows:
+    A^T (A A^T)^-1 b at full row rank, A^T b / ||A||_F^2 at rank one (parallel rows), 0 at rank 0."""
+    G = [[_dot(r, s) for s in A] for r in A]
+    if len(A) == 1 or G[0][0] * G[1][1] - G[0][1] * G[1][0] == 0:
+        norm = sum(G[i][i] for i in range(len(A)))
+        if norm == 0:
+            return [Fraction(0)] * len(A[0])
+        y = [bi / norm for bi in b]
+    else:
+        det = G[0][0] * G[1][1] - G[0][1] * G[1][0]
+        y = [(G[1][1] * b[0] - G[0][1] * b[1]) / det, (G[0][0] * b[1] - G[1][0] * b[0]) / det]
+    return [sum((A[i][c] * y[i] for i in range(len(A))), Fraction(0)) for c in range(len(A[0]))]

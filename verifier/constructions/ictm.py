@@ -23,7 +23,14 @@ the query block s_k = k (l + 2) holds l symbols and the last sign.  off(a) = a m
   query follows, at least 2 for the others.
 * Classifier: the answer rows; the right answer scores 1, every other at most 0.
 
-``paper`` cannot be built as printed (see UNBUILDABLE).
+``paper`` cannot be built as printed (UNBUILDABLE, quoting Appendix 15).  Besides that reason, read
+against the text: W_QK^(1)'s lower-left block I_{(d'-d1) x d1} is a rectangular identity, as the
+paper writes elsewhere (W_V^(1)'s last block I_{(l+2) x (l+1)}), so it is defined, but it pairs the
+source's flag and answer rows with the target's token rows, which the parse needs to be 0; W_pp's
+"-infinity" is Lemma 2's "sufficiently large negative value" (we use -1: content scores are 0 or 1);
+layer 2 does write the template rows (W_V^(2) = -I on every row after the first d); and layer 3's
+M_i sits on "the last l rows" of the stream, while W_V^(1) wrote the template into the last l + 2,
+so it reads template rows 2..l+1 rather than 0..l-1.
 """
 
 from __future__ import annotations
@@ -38,11 +45,15 @@ from .blocks import Layout, ReluLayer, constrained, instructive
 THEOREM = CHEN_ZOU_2024.cite("Theorem 6, Appendix 15")
 VARIANTS = {"corrected": "parse (constrained attention into a template block), copy answers and compare with "
                          "the query, match (2l heads subtract the non-matching answers)"}
-UNBUILDABLE = ("Appendix 15 prints W_QK^(1) with an 'identity' block I_{(d'-d1) x d1} that is not square, so "
-               "it is not defined; its W_pp masks with -infinity; its printed attention maps A and B (with their "
-               "transposes) do not send the answers to the final token, which the next step needs; and layer "
-               "3 reads the final token's template rows, which no earlier layer writes. --variant corrected "
-               "is a consistent reconstruction of the same parse-copy-match plan.")
+UNBUILDABLE = ("Appendix 15's layer-2 attention map alpha^(2) is not n x n as printed: its second term stacks the row "
+               "blocks [0_{(l+2) x (d-(l+1))}, B_{(l+2) x (l+1)}] (and [0_{(l+1) x (d-(l+1))}, 0_{(l+1) x (l+1)}]) of "
+               "width d = d1 + d2 + 1, the token embedding's, so it is n x d before its transpose and cannot be added to "
+               "the n x n first term. Read with n for d, alpha^(2) still sends no answer to the final token: its first "
+               "term (A_{(l+2) x (l+2)} = [0_{(l+2) x (l+1)}, 1_{(l+2) x 1}] per block, transposed) copies each answer "
+               "within its own block, and A_{(l+1) x (l+1)} = [0_{l x (l+1)}; 1_{1 x (l+1)}] makes the final token read "
+               "the query block only, while layer 3 and the classifier need the answers there "
+               "('TF_3(H^(3))[n-1] = sum_{i=0}^{k-1} a_i - sum_{i != r} gamma_i a_i'). --variant corrected is a "
+               "consistent reconstruction of the same parse-copy-match plan.")
 
 
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=None) -> Model:

@@ -44,7 +44,10 @@ its position's angle is made by a ReLU gate in FFN 1, exact for a 0/1 gate and a
   a key whose previous token matches s_i scores cos(2 pi (i - j)/N'), largest for the latest
   match; the start token is the default.  V/O as in ``designed``.
 
-``sht-printed`` takes the spacing as transcribed, D = N; ``sht`` the corrected D = 2 N, with
+Both rest on a transcription of Appendix D's formulas that was never checked against the paper's
+own text (the project has not read Appendices D and F of arXiv:2402.09268): they are *as
+transcribed, unverified*, and so is every verdict on them.  ``sht-printed`` takes the spacing as
+transcribed, D = N; ``sht`` the corrected D = 2 N, with
 the start constant cos(2 pi (N - 1/2)/N') at the new N'.  With D = N a non-matching key whose
 previous token is s_i + 1, at distance N - 1, is one angle unit away, as close as a match at
 distance 1.  The scales s1, s2 follow Lemma A.2 (hardmax from a margin): each margin times its
@@ -64,12 +67,12 @@ from ..papers import SANFORD_HSU_TELGARSKY_2024, SANFORD_HSU_TELGARSKY_2024B
 from .blocks import Layout, matrix, relu_units
 
 THEOREM = SANFORD_HSU_TELGARSKY_2024.cite("Section 1 (two layers suffice)")
+SHT_THEOREM = SANFORD_HSU_TELGARSKY_2024B.cite("Theorem 4.2, Lemmas D.1 and D.2, as transcribed, unverified")
 VARIANTS = {
     "designed": "previous-token head (quadratic score), ReLU snap, matching head with a recency ramp; "
                 "gamma = 4, beta = 2, lambda = 8N",
-    "sht": SANFORD_HSU_TELGARSKY_2024B.cite("Theorem 4.2, Lemmas D.1 and D.2") + ", angle spacing 2N (corrected)",
-    "sht-printed": SANFORD_HSU_TELGARSKY_2024B.cite("Theorem 4.2, Lemmas D.1 and D.2") + ", angle spacing N "
-                   "as transcribed",
+    "sht": SHT_THEOREM + "; angle spacing 2N (our correction of the transcription)",
+    "sht-printed": SHT_THEOREM + "; angle spacing N as transcribed",
     "angles": "B' for large alphabets: tokens as angles c(a; sigma), width 11 for every sigma",
 }
 GAMMA, BETA = 4.0, 2.0
@@ -106,14 +109,14 @@ def _stream(task, angles: bool = False, **blocks: int) -> tuple[Layout, np.ndarr
     return L, E
 
 
-def _model(task, L: Layout, E, P, layers, info, W_U: np.ndarray | None = None) -> Model:
+def _model(task, L: Layout, E, P, layers, info, W_U: np.ndarray | None = None, theorem: str = THEOREM) -> Model:
     """The model; the readout is argmax over OUT unless `W_U` is given."""
     s = task.sigma
     if W_U is None:
         W_U = matrix(L, [{("OUT", c): 1.0} for c in range(s + 1)])
     model = Model(E=E, P=P, P_mask=np.ones(len(task.vocab), bool), layers=layers,
                   readout=Readout(W_U, np.zeros(s + 1), "argmax", positions="all"), vocab=list(task.vocab),
-                  info={"construction": "induction_heads", "theorem": THEOREM, "sigma": s, "d": L.d,
+                  info={"construction": "induction_heads", "theorem": theorem, "sigma": s, "d": L.d,
                         "layers": 2, "heads": 1, **info})
     model.info["n_params"] = model.n_params()
     return model
@@ -216,4 +219,4 @@ def _sht(task, spacing: int, variant: str) -> Model:
     last_q = matrix(L, [{("QA", 0): s2}, {("QA", 1): s2}, {("ONE", 0): s2}])
     last_k = matrix(L, [{("KA", 0): 1.0}, {("KA", 1): 1.0}, {("BOS", 0): start}])
     return _model(task, L, E, P, [layer1, _match_layer(L, last_q, last_k)],
-                  {"variant": variant, "spacing": spacing, "scale1": s1, "scale2": s2})
+                  {"variant": variant, "spacing": spacing, "scale1": s1, "scale2": s2}, theorem=SHT_THEOREM)

@@ -21,7 +21,8 @@ vectors.  The classifier maps them to their labels:
 
 * ``corrected``: row y is v_y / ||v_y|| (v_y the concatenation of sequence y); by Cauchy-Schwarz
   <v_j / ||v_j||, v_y> < ||v_y|| for j != y when no two v are parallel.
-* ``paper``: Lemma 3's inductive classifier (`blocks.lemma3_classifier`), computed in float64.
+* ``paper``: Lemma 3's inductive classifier (`blocks.lemma3_classifier`), built in exact rationals
+  as the proof prescribes (the minimum-norm solutions and the rescaling M it leaves open are ours).
 
 Also departing from the paper: the line "alpha_i[:, n-1] = n [0; x_i; 0]" mixes the attention map
 and the value; we read alpha_i[:, n-1] = e_i with the factor n in W_V, as the next sentence of the

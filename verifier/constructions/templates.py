@@ -26,13 +26,22 @@ of every row as a base-3 number at the last position (instructive attention, alp
   into the P rows.
 * Layer 2: alpha with last column (3^(l-1), ..., 3^0, 0), W_V = I.
 * Classifier: Lemma 3 on the final vectors of one sequence per template (the first substitution),
-  computed in float64.
+  in exact rationals.
+
+``charitable`` -- the printed maps read as the text's own H^(1) says they act ("H^(1) = H^(0) +
+W_V^(1) H^(0) alpha^(1)" with P rows p'_i + p_i and the CLS column p_k + p_k, flag cancelled): the
+identity block maps the P rows into the P rows, and W_QK^(1) also pairs the flag with itself, so
+that CLS attends to itself.  Same classifier.
 
 What is wrong as printed: CLS scores 0 with itself (no token rows), so it never gets its own 2 p_k
 and its flag is not cancelled; -I on the token rows subtracts c_i x_i when c_i positions share the
-token, not x_i; the printed identity block maps token rows, not P rows, into the P rows; and layer
-1 writes into the P rows, so layer 2's instructive attention no longer reads one-hot positions.
-The engines decide what this does to the printed model.
+token, not "-x_i" as the text's H^(1) says, so the token rows keep (1 - c_i) x_i, which layer 2
+copies into the last column (the vector is not token-invariant); the printed identity block maps
+token rows, not P rows, into the P rows; and layer 1 writes into the P rows, so layer 2's
+instructive attention no longer reads one-hot positions.  The charitable reading repairs the
+first and third, not the second: both variants are wrong in exact arithmetic (`verifier.exact`):
+`b b b CLS` is read as alpha beta beta, while the sequence Lemma 3 was fitted on, `a a a CLS`, is
+right.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..budget import require_weights
-from ..evaluator import reference, trace
+from .. import exact
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
 from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
@@ -48,6 +57,8 @@ from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
 THEOREM = CHEN_ZOU_2024.cite("Theorem 5, Appendix 14.2")
 VARIANTS = {
     "paper": "the printed maps (token-only W_QK, the printed W_V), Lemma 3's classifier",
+    "charitable": "the printed maps read as the text's own H^(1) implies (W_V's identity block P -> P, CLS "
+                  "attends to itself), Lemma 3's classifier",
     "corrected": "W_QK on token and flag, P copied into a separate template block, normalized rows",
 }
 
@@ -62,7 +73,7 @@ def base3(l: int) -> np.ndarray:
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=None) -> Model:
     X, l, C = task.alphabet, task.N, task.num_classes
     n = l + 1
-    paper = variant == "paper"
+    paper = variant in ("paper", "charitable")
     L = Layout(token=X, flag=1, P=n) if paper else Layout(token=X, flag=1, P=n, TB=n)
     require_weights(f"template_matching at l={l}", L.d, 4 * L.d + C)
 
@@ -73,10 +84,14 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=N
     P[:, L["P"]] = np.eye(n)
 
     if paper:
-        QK1 = L.form(("token", "token", np.eye(X)))
+        charitable = variant == "charitable"
+        QK1 = L.form(("token", "token", np.eye(X)), *([("flag", "flag", np.ones((1, 1)))] if charitable else []))
         V1 = np.zeros((L.d, L.d))
         V1[:X + 1, :X + 1] = -np.eye(X + 1)
-        V1[L["P"], :n] += np.eye(n)  # the printed block: input coordinates 0..n-1 (token rows first) -> P
+        if charitable:
+            V1 += L.copy("P", "P")
+        else:
+            V1[L["P"], :n] += np.eye(n)  # the printed block: input coordinates 0..n-1 (token rows first) -> P
         V2 = np.eye(L.d)
     else:
         QK1 = L.form(("token", "token", np.eye(X)), ("flag", "flag", np.ones((1, 1))))
@@ -86,9 +101,8 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=N
             "alphabet": X, "templates": C, "d": L.d, "heads": 1, "layers": 2}
     model = Model(E=E, P=P, P_mask=np.ones(X + 1, bool), layers=layers,
                   readout=Readout(np.zeros((C, L.d)), np.zeros(C), "argmax"), vocab=list(task.vocab), info=info)
-    if paper:  # Lemma 3 on what the printed layers compute for one sequence of each template
-        real = reference(model)
-        vectors = np.array([trace(real, task.decode(int(task._offsets[t])))[1]["L1.resid"][-1] for t in range(C)])
+    if paper:  # Lemma 3 on what the printed layers compute (exactly) for one sequence of each template
+        vectors = [exact.read_state(model, task.decode(int(task._offsets[t])))[-1] for t in range(C)]
         model.readout.W_U, info["classifier"] = lemma3_classifier(vectors).T, "Lemma 3 (inductive)"
     else:
         t = np.array(task.template_list)
