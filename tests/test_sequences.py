@@ -259,13 +259,13 @@ def test_the_errata_row_of_the_sht_spacing_runs_at_its_own_precision(tmp_path):
     assert row.paper.p_star is None and row.corrected.p_star is not None
 
 
-def test_refute_takes_a_recurrent_model_and_says_the_theorems_do_not_cover_it():
+def test_refute_takes_a_recurrent_model_by_state_collision_and_not_by_dependent_sets():
     from verifier.refute import dependent_scope, protocol_scope, refute
     rnn = CONSTRUCTIONS["dyck22"].build(make_task("dyck22", N=4), "recurrent")
     out = refute(verifier.build_problem("dyck22", N=4, p=2, f=1, model=rnn))
-    assert out.verdict == "refuted" and out.method == "search" and out.model["recurrent"] == 29
+    assert out.verdict == "refuted" and out.method == "protocol" and out.model["recurrent"] == 29
     problem = verifier.build_problem("equality", N=4, p=8, model=Recurrent(
         np.zeros((2, 1)), np.zeros((1, 1)), np.zeros(1), np.zeros(1),
         Readout(np.zeros((1, 1)), np.zeros(1), "threshold"), ["0", "1"]))
-    assert "recurrent" in protocol_scope(problem)
+    assert protocol_scope(problem) is None  # Theorem 2: the state after Alice's prefix is her message
     assert "no dependent-set theorem" in dependent_scope(problem)
