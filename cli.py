@@ -239,7 +239,7 @@ def decide(problem, engine, deadline, max_counterexamples, start, stop, workers,
             click.echo(f"  dumped      {p}")
         if traced is not None:
             which = "first counterexample" if result.counterexamples else f"tightest input {result.tightest['input']}"
-            click.echo(f"\ntrace of the {which} (fx = FX value, real = unquantized float64):")
+            click.echo(f"\ntrace of the {which} (fx = the value in the format, real = unquantized float64):")
             click.echo(format_trace(traced))
     return result.exit_code
 

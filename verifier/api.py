@@ -77,7 +77,7 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
     fitted, t = check_compatible(model, t)
-    arith.check_capacity(fitted.widest_sum())  # a format int64 cannot hold fails now, not in the engine
+    arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
 
 

@@ -143,11 +143,16 @@ class Fixed:
     def to_real(self, codes: np.ndarray) -> np.ndarray:
         return np.asarray(codes, dtype=np.float64) * self.num / self.den
 
-    def check_softmax(self) -> None:
-        """Softmax needs exp(0) to round to a positive code (else Z could be 0)."""
-        if self.one_code <= 0:
-            raise InputError(f"{self.label()} rounds exp(0) = 1 to 0, so softmax's sum Z can be 0; use a step "
-                             f"of at most 1")
+    def check_model(self, model) -> None:
+        """Refuse, before any work, a format the model cannot run in: a sum of the model's widest
+        sum of products that int64 cannot hold, or softmax where exp(0) = 1 rounds to 0 (Z could be
+        0) or whose exp table cannot fit in memory (the table is built here, once)."""
+        self.check_capacity(model.widest_sum())
+        if any(layer.attention == "softmax" for layer in getattr(model, "layers", ())):
+            if self.one_code <= 0:
+                raise InputError(f"{self.label()} rounds exp(0) = 1 to 0, so softmax's sum Z can be 0; use a step "
+                                 f"of at most 1")
+            self.exp_table()
 
     # -- the primitives -----------------------------------------------------------------------
     def scale_num(self, x: np.ndarray) -> np.ndarray:
@@ -596,6 +601,9 @@ class Real:
     def check_capacity(self, max_terms: int) -> None:
         return None
 
+    def check_model(self, model) -> None:
+        return None
+
     def to_real(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x, dtype=np.float64)
 
@@ -669,7 +677,7 @@ def exp_codes(num: int, den: int, lo: int, hi: int, rounding: str) -> tuple[int,
     # below exp(x) / step < 1/2 every rounding mode gives 0
     cutoff = math.floor(-math.log2(2 * ratio) * math.log(2) * ratio) - 2
     dmin = max(lo, cutoff)
-    require_memory(6 * 8.0 * (1 - dmin), f"the exp table of step {Fraction(num, den)} ({1 - dmin:,} entries)")
+    require_memory(8 * 8.0 * (1 - dmin), f"the exp table of step {Fraction(num, den)} ({1 - dmin:,} entries)")
     d = np.arange(dmin, 1, dtype=np.int64)
     y = np.exp(d * (num / den)) * ratio
     offset = 0.5 if rounding == "nearest" else 0.0

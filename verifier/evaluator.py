@@ -129,9 +129,7 @@ class _Reader:
         """Set `q`, the quantized model; note the saturated parameters and the quantization error."""
         self.model = model
         self.arith = arith
-        arith.check_capacity(model.widest_sum())
-        if isinstance(arith, Fixed) and any(layer.attention == "softmax" for layer in getattr(model, "layers", ())):
-            arith.check_softmax()
+        arith.check_model(model)
         self.saturated_params: list[str] = []
         self.quant_error = 0.0
         use = SaturatedUse(np.zeros(len(model.vocab), bool), np.zeros(positions, bool))

@@ -136,7 +136,7 @@ def load_spec(path: Path) -> Spec:
     except InputError as exc:
         raise InputError(f"{source}: format: {exc}") from None
     if kind == "fx" and "p" not in data:
-        raise InputError(f"{source}: p is required with format fx (the default)")
+        raise InputError(f"{source}: missing key 'p' (format fx, the default, needs it)")
     if kind != "fx" and ("p" in data or "f" in data):
         raise InputError(f"{source}: p and f set the bits of FX(p, f); format {data['format']!r} is a grid of its own: "
                          f"give one or the other")
