@@ -58,7 +58,7 @@ VARIANTS = {
 def paper_eta(N: int, kc: float | None) -> float:
     """F.2's stated eta = ln N + Kc ln 2N (natural logs), with the arithmetic's Kc."""
     if kc is None:
-        raise InputError("the paper's eta depends on the precision (Kc): give the arithmetic")
+        raise InputError("the paper's eta depends on the precision (Kc): give the arithmetic (--f, or --format b2:KC)")
     return math.log(N) + kc * math.log(2 * N)
 
 
