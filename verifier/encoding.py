@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 import z3
 
+from .arithmetic import threshold_code
 from .budget import Deadline
 from .evaluator import Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
 from .symbolic import Sym, SymFX
@@ -282,7 +283,7 @@ def _wrong(S: SymFX, readout, y: list[Sym], truth: Sym) -> Sym:
     if readout.kind == "argmax":
         best = S.select(y, truth)
         return S.any([S.and_(S.ne(truth, S.const(c)), S.ge(y[c], best)) for c in range(len(y))])
-    theta = S.const(S.fx.threshold_code(readout.theta))
+    theta = S.const(threshold_code(readout.theta, S.fx))
     return S.any([S.ne(S.gt(yi, theta), S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1, lambda e, i=i: _bit(e, i)))
                   for i, yi in enumerate(y)])
 
