@@ -18,7 +18,7 @@ import click
 
 import verifier
 from verifier import exact, interrupts, plots, report, separation, shapes
-from verifier.arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS, FixedPoint
+from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, FixedPoint, make_format, parse_format
 from verifier.budget import Deadline
 from verifier.cache import Cache, default_path as default_cache_path
 from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
@@ -73,10 +73,15 @@ NUMBER = FiniteFloat()
 SECONDS = FiniteFloat(positive=True)
 
 
+FORMAT_OPTION = click.option("--format", "fmt", default=None, metavar="FORMAT",
+                             help=f"The number format: {FORMAT_HELP}. Default fx.")
+
+
 def arithmetic_options(fn):
     for opt in reversed([
-        click.option("--p", "p", type=int, required=True, help="Bits per number (p >= 2)."),
-        click.option("--f", "f", type=int, default=None, help="Fractional bits (default p // 2)."),
+        FORMAT_OPTION,
+        click.option("--p", "p", type=int, default=None, help="Bits per number (p >= 2) of --format fx (required there)."),
+        click.option("--f", "f", type=int, default=None, help="Fractional bits of --format fx (default p // 2)."),
         click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True),
         click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True),
         click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True),
@@ -234,7 +239,7 @@ def decide(problem, engine, deadline, max_counterexamples, start, stop, workers,
             click.echo(f"  dumped      {p}")
         if traced is not None:
             which = "first counterexample" if result.counterexamples else f"tightest input {result.tightest['input']}"
-            click.echo(f"\ntrace of the {which} (fx = FX value, real = unquantized float64):")
+            click.echo(f"\ntrace of the {which} (fx = the value in the format, real = unquantized float64):")
             click.echo(format_trace(traced))
     return result.exit_code
 
@@ -257,10 +262,10 @@ def _task_command(task_name: str, name: str) -> None:
     @arithmetic_options
     @construction_options(construction.options)
     @run_options
-    def command(N, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout, max_counterexamples, start,
-                stop, workers, scheduler, as_json, dump, trace, **options):
+    def command(N, fmt, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout, max_counterexamples,
+                start, stop, workers, scheduler, as_json, dump, trace, **options):
         deadline = Deadline(timeout)
-        problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
+        problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
                                          accumulate=accumulate, **options)
         return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
                       trace, solver, smtlib)
@@ -278,12 +283,13 @@ for _name in [*TASKS, *ALIASES]:
 @task_option_flags(ALL_TASK_OPTIONS)
 @arithmetic_options
 @run_options
-def run_cmd(model_path, task_name, N, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout,
+def run_cmd(model_path, task_name, N, fmt, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout,
             max_counterexamples, start, stop, workers, scheduler, as_json, dump, trace, **options):
     """Verify a model from a file (docs/model-format.md) on a task."""
     deadline = Deadline(timeout)
+    parse_format(fmt)  # a bad --format fails before the model file is read
     model = verifier.load_model(model_path)
-    problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
+    problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
                                      accumulate=accumulate, model=model, **options)
     return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
                   trace, solver, smtlib)
@@ -326,19 +332,34 @@ def exact_cmd(task_name, N, variant, k, eta, seed, model_path, p, f, start, stop
 @click.option("--N", "N", type=int, required=True, help="Size of the task (largest input length).")
 @task_option_flags(ALL_TASK_OPTIONS)
 @construction_options()
-@click.option("--f", "f", type=int, default=None, help="Fractional bits (the paper variants' eta depends on them).")
+@FORMAT_OPTION
+@click.option("--f", "f", type=int, default=None,
+              help="Fractional bits of --format fx: the paper variants' eta depends on the precision (Kc).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The .npz file to write.")
-def export_cmd(task_name, N, variant, k, eta, seed, f, output, **options):
+def export_cmd(task_name, N, variant, k, eta, seed, fmt, f, output, **options):
     """Write a built-in construction as a model file (never overwrites)."""
     task = make_task(task_name, N=N, **options)
     if task.name not in CONSTRUCTIONS:
         raise InputError(f"{task.name} has no built-in construction to export")
-    model = CONSTRUCTIONS[task.name].build(task, variant, k, eta, seed, f)
+    kc = _export_kc(fmt, f, task.N)
+    model = CONSTRUCTIONS[task.name].build(task, variant, k, eta, seed, kc)
     path = verifier.save_model(model, output)
     variant = model.info.get("variant", CONSTRUCTIONS[task.name].default)
     click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), "
                f"task {task.name}, N={N}, d={model.d}, {model.n_params()} parameters")
     return 0
+
+
+def _export_kc(fmt, f, N: int):
+    """The Kc a construction is built for: of FX's f (the whole format is not needed: p does not
+    enter Kc), or of another --format at N; None when neither is given."""
+    if parse_format(fmt)[0] != "fx":
+        return make_format(fmt, N=N, f=f).kc(N)
+    if f is None:
+        return None
+    if not 0 <= f <= 31:
+        raise InputError(f"--f must be in 0..31, got {f}")
+    return make_format(fmt, N=N, p=31, f=f).kc(N)
 
 
 def tracr_options(fn):
@@ -373,16 +394,23 @@ def _one_value(text: str | None) -> bool:
     return text is None or (".." not in text and "," not in text)
 
 
+def table_format(as_json: bool, as_csv: bool) -> str | None:
+    """The table format a sweep prints: json, csv, or None (markdown)."""
+    if as_json and as_csv:
+        raise InputError("give --json or --csv, not both")
+    return "json" if as_json else "csv" if as_csv else None
+
+
 def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, scheduler, cache_path, no_cache,
                    **problem) -> int:
-    """Run a sweep and print (and write) its table; exit 3 when it was interrupted.  With a range
-    of f (and one N): p* at each f, and the smallest format."""
+    """Run a sweep and print (and write) its table (`fmt`: json, csv or None for markdown); exit 3
+    when it was interrupted.  With a range of f (and one N): p* at each f, and the smallest format."""
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
     if not _one_value(f_range):
         if len(Ns) != 1 or int_bits is not None or plot_path or fmt == "csv" or \
                 (output and not output.endswith(".json")):
             raise InputError("a range of --f takes one N, no --int-bits or --plot, and -o FILE.json or "
-                             "--format json only")
+                             "--json only")
         with new_output(output) if output else contextlib.nullcontext() as fh:
             table = format_frontier(task, Ns[0], ps, fs, cache=open_cache(cache_path, no_cache), scheduler=scheduler,
                                     progress=lambda line: click.echo(line, err=True), **problem)
@@ -417,8 +445,8 @@ SWEEP_OUTPUT = [
                  help="Integer bits, fixed: f = p - INT_BITS at each p (p* then measures fraction bits)."),
     click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
                  help="Write the table here (.csv or .json; never overwrites)."),
-    click.option("--format", "fmt", type=click.Choice(["markdown", "csv", "json"]), default=None,
-                 help="Table format on stdout (default markdown; the output file's suffix decides for -o)."),
+    click.option("--csv", "as_csv", is_flag=True,
+                 help="Print the table as CSV (default markdown; --json: JSON; the suffix of -o decides for the file)."),
     click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
                  help="Also draw p* against log2 N with the fit, as .png or .svg (needs matplotlib)."),
 ]
@@ -449,6 +477,7 @@ def sweep_output_options(fn):
 @tracr_options
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds per (N, p).")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 @sweep_output_options
 @cluster_options
 def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_range, rounding, overflow, accumulate,
@@ -463,6 +492,7 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
         raise InputError("give the task once: as TASK_NAME or as --task")
     task_name = task_name or task_option
     options = {o.name: rest.pop(o.name) for o in ALL_TASK_OPTIONS}
+    rest["fmt"] = table_format(rest.pop("as_json"), rest.pop("as_csv"))
     ps = parse_range(p_range, "--p")
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate, engine=engine, timeout=timeout)
     if task_name == "tracr":
@@ -503,13 +533,14 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
 @CACHE_OPTIONS[1]
 def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, rounding, overflow, accumulate,
               save, engine, solver, smtlib, timeout, max_counterexamples, start, stop, workers, scheduler, as_json,
-              dump, trace, int_bits, output, fmt, plot_path, cache_path, no_cache):
+              dump, trace, int_bits, output, as_csv, plot_path, cache_path, no_cache):
     """Compile a RASP program with Tracr and verify the compiled weights against the RASP evaluator's
     own answers, on every input up to --max-len.  PROGRAM: lib:make_length (Tracr's library; its SOp
     arguments get rasp.tokens) or program.py[:NAME] (a SOp, or a function that returns one).
 
     One --p: the verdict (exit 0 proved, 1 refuted, 3 unknown).  A range of p: p*, the smallest p
-    that proves it, and the counterexample at p* - 1; with a range of f too, p* at each f."""
+    that proves it, and the counterexample at p* - 1; with a range of f too, p* at each f (--json,
+    --csv: the table as JSON or CSV)."""
     deadline = Deadline(timeout)
     ps = parse_range(p_range, "--p")
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
@@ -518,16 +549,17 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
         click.echo(f"wrote {verifier.save_model(compiled.model, save)}", err=True)
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
     if _one_value(p_range):
-        if int_bits is not None or output or plot_path or not _one_value(f_range):
-            raise InputError("--int-bits, -o, --plot and a range of --f are for a range of p")
+        if int_bits is not None or output or plot_path or as_csv or not _one_value(f_range):
+            raise InputError("--int-bits, -o, --csv, --plot and a range of --f are for a range of p")
         problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], model=compiled.model, **arith)
         return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json,
                       dump, trace, solver, smtlib)
-    if (max_counterexamples, start, stop, workers, as_json, dump, trace, solver, smtlib) != \
-            (1, 0, None, None, False, None, False, "z3", None):
+    if (max_counterexamples, start, stop, workers, dump, trace, solver, smtlib) != \
+            (1, 0, None, None, None, False, "z3", None):
         raise InputError("with a range of p, verify tracr finds p*: the options of a single run do not apply")
-    return sweep_frontier(compiled.task, [max_len], ps, f_range, int_bits, output, fmt, plot_path, scheduler,
-                          cache_path, no_cache, model=compiled.model, engine=engine, timeout=timeout, **arith)
+    return sweep_frontier(compiled.task, [max_len], ps, f_range, int_bits, output, table_format(as_json, as_csv),
+                          plot_path, scheduler, cache_path, no_cache, model=compiled.model, engine=engine,
+                          timeout=timeout, **arith)
 
 
 @cli.command("import")
@@ -756,10 +788,11 @@ def check_certificate_cmd(path):
 @click.option("--shape", default="1,2,relu", show_default=True, help="HEADS,WIDTH,ATTENTION of --random-models.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--dump", type=click.Path(file_okay=False), default=None, help="Write each counterexample to DIR.")
-def refute_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, method, seed, budget, timeout,
+def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_path, method, seed, budget, timeout,
                max_counterexamples, random_models, shape, as_json, dump, **options):
     """Find inputs a model must get wrong, and the argument that forced them (exit 1 when found)."""
-    arith = dict(p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
+    arith = dict(arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
+    make_format(fmt, N=N, **{k: v for k, v in arith.items() if k != "arith"})  # a bad format fails before any work
     task_opts = {k: v for k, v in options.items() if v is not None}
     if random_models is not None:
         if model_path:
@@ -802,6 +835,7 @@ def refute_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, m
               help="A whole shape of models: rnn:M,P or tf1:H,M,P[,softmax|relu] (counted, for every model of it).")
 @click.option("--synthesis-timeout", type=SECONDS, default=None,
               help="With --shape rnn: also run bounded synthesis over the whole dataset (tiny sizes) for this long.")
+@FORMAT_OPTION
 @click.option("--p", "p", type=int, default=None, help="Bits per number (the certificate's synthesis).")
 @click.option("--f", "f", type=int, default=None,
               help="Fractional bits (default: p // 2; with --shape: every f, the largest count).")
@@ -815,8 +849,8 @@ def refute_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, m
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds for z3.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (--shape).")
-def impossible_cmd(task_name, N, shape_text, synthesis_timeout, p, f, rounding, overflow, accumulate, heads, width,
-                   cert_path, seed, timeout, as_json, **options):
+def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, rounding, overflow, accumulate, heads,
+                   width, cert_path, seed, timeout, as_json, **options):
     """Is no model of a shape able to compute the task?
 
     --shape: counted for every model of the shape (exit 0 IMPOSSIBLE, 3 when the count does not
@@ -824,19 +858,20 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, p, f, rounding, 
     get a certificate right (exit 0 when none does, 1 when one escapes, 3 unknown)."""
     task_opts = {k: v for k, v in options.items() if v is not None}
     if shape_text is not None:
-        if (p, cert_path, heads, width, overflow) != (None, None, 1, 1, "saturate"):
-            raise InputError("--shape gives the bits and widths; --p, --heads, --width, --certificate and --overflow "
-                             "are for a certificate's synthesis")
+        if (fmt, p, cert_path, heads, width, overflow) != (None, None, None, 1, 1, "saturate"):
+            raise InputError("--shape gives the bits and widths (binary fixed point); --format, --p, --heads, --width, "
+                             "--certificate and --overflow are for a certificate's synthesis")
         v = shapes.impossible(task_name, N, shapes.parse_shape(shape_text), f, rounding, accumulate,
                               synthesis_timeout=synthesis_timeout, **task_opts)
         click.echo(json.dumps(v.to_json(), indent=2) if as_json else "\n".join(v.lines()))
         return v.exit_code
-    if p is None:
-        raise InputError("give --shape (a whole shape, counted) or --p (a certificate's bounded synthesis)")
+    if p is None and fmt in (None, "fx"):
+        raise InputError("give --shape (a whole shape, counted) or --p or --format (a certificate's bounded synthesis)")
     if synthesis_timeout is not None or as_json:
         raise InputError("--synthesis-timeout and --json are for --shape")
     rounding = rounding or "floor"
     task = _task(task_name, N, options)
+    fx = make_format(fmt, N=task.N, p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
     if heads < 1 or width < 1:
         raise InputError(f"--heads and --width must be >= 1, got {heads} and {width}")
     if cert_path:
@@ -848,18 +883,18 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, p, f, rounding, 
         cert = find_certificate(task, seed)
         if cert is None:
             raise InputError(f"no certificate found for {task.name}: nothing to decide")
-    fx = FixedPoint(p, f, rounding, overflow, accumulate)
     s = synthesize(task, cert, heads, width, fx, timeout)
     click.echo("\n".join(cert.lines()))
-    what = {"impossible": f"IMPOSSIBLE: no 1-layer ReLU model with {heads} head(s) of width {width} and {p}-bit "
-                          f"weights gets all {s.members} right",
-            "escapes": f"ESCAPES: a 1-layer ReLU model with {heads} head(s) of width {width} and {p}-bit weights "
-                       f"gets all {s.members} right in FX",
+    binary = parse_format(fmt)[0] == "fx"
+    weights = f"{fx.p}-bit weights" if binary else "weights on the grid"
+    what = {"impossible": f"IMPOSSIBLE: no 1-layer ReLU model with {heads} head(s) of width {width} and {weights} "
+                          f"gets all {s.members} right",
+            "escapes": f"ESCAPES: a 1-layer ReLU model with {heads} head(s) of width {width} and {weights} "
+                       f"gets all {s.members} right in {'FX' if binary else 'the grid'}",
             "unknown": f"UNKNOWN: z3 did not decide ({s.stats.get('reason') or 'no reason'})"}[s.verdict]
     click.echo(f"{what}  [{fx.label()}; {s.shape['parameters']} parameters; {s.seconds:.1f} s]")
     if s.model is not None:
-        whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, p=p, f=f, rounding=rounding,
-                                                    overflow=overflow, accumulate=accumulate, **task_opts))
+        whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, arith=fx, **task_opts))
         c = whole.counterexamples[0] if whole.counterexamples else None
         click.echo(f"  on the whole dataset it is {whole.verdict}" +
                    (f": {c.input} -> {c.claim}" if c else ""))

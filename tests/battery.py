@@ -2,7 +2,9 @@
 
 Model i is built from seed 1000 + i: one of the KINDS below, at a random arithmetic (p 2..10, f
 usually p // 2 and sometimes anywhere in 0..p, every rounding and accumulation mode, overflow =
-error one time in five).  `decide_all` then requires, with zero tolerance:
+error one time in five).  ``battery_problem(i, grid=True)`` puts the same kind of model on a random
+grid of rational step instead (`random_grid`: steps such as 1/3, 2/5, 1/36, ranges symmetric or
+not).  `decide_all` then requires, with zero tolerance:
 
 * enumeration (the exhaustive engine) and the independent reference of tests/reference.py
   (Fractions, mpmath, plain loops) fail on exactly the same inputs (for a task that is a list of
@@ -23,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 
 import verifier
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from fractions import Fraction
+
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, Fixed, FixedPoint, Grid
 from verifier.budget import Deadline
 from verifier.constructions.index_lookup import build as build_idxl
 from verifier.encoding import encode
@@ -37,7 +41,7 @@ from verifier.model import Readout, Recurrent
 from verifier.tasks import make_task
 
 from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
-from reference import RefFX, quantize_model, ref_answer, ref_forward, ref_recurrent
+from reference import RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 SOLVE_SECONDS = 15.0
 KINDS = ("construction", "random-idxl", "lookup-argmax", "lookup-threshold", "boolean", "retrieval", "extreme",
@@ -71,17 +75,32 @@ def _small_task(rng: np.random.Generator, i: int):
     return make_task("ictm", 1, length=2, alphabet=3, na=2)
 
 
-def _edges(fx: FixedPoint) -> tuple:
+GRID_STEPS = [Fraction(1, 2), Fraction(1, 3), Fraction(2, 5), Fraction(1, 6), Fraction(3, 4), Fraction(1, 10),
+              Fraction(5, 7), Fraction(1, 36), Fraction(1), Fraction(1, 12)]
+
+
+def random_grid(i: int, fx: FixedPoint) -> Grid:
+    """A grid for model i with fx's rules: a step of GRID_STEPS (at most 1, so exp(0) is not 0) and
+    codes -hi or -hi - 1 .. hi, hi 2..400 (from its own seed, so the FX battery keeps its models)."""
+    rng = np.random.default_rng(7000 + i)
+    hi = int(rng.integers(2, 401))
+    lo = -hi - int(rng.integers(0, 2))
+    return Grid(GRID_STEPS[int(rng.integers(0, len(GRID_STEPS)))], lo, hi, fx.rounding, fx.overflow, fx.accumulate)
+
+
+def _edges(fx: Fixed) -> tuple:
     """Weights at the format's edges: the exact range ends, one step beyond, half steps."""
-    step = 1.0 / fx.one
+    step = float(fx.step)
     return (fx.hi * step, fx.lo * step, (fx.hi + 1) * step, (fx.lo - 1) * step, step / 2, -step / 2, 1.5 * step)
 
 
-def battery_problem(i: int) -> Problem:
+def battery_problem(i: int, grid: bool = False) -> Problem:
     rng = np.random.default_rng(1000 + i)
     p = int(rng.integers(2, 11))
     f = p // 2 if rng.random() < 0.75 else int(rng.integers(0, p + 1))
     fx = FixedPoint(p, f, ROUNDINGS[i % 3], "error" if rng.random() < 0.2 else "saturate", ACCUMULATES[(i // 3) % 2])
+    if grid:
+        fx = random_grid(i, fx)
     kind = KINDS[i % len(KINDS)]
     if kind == "construction":  # a perturbed index-lookup construction: sometimes still correct
         N = int(rng.integers(1, 5))
@@ -120,20 +139,27 @@ def battery_problem(i: int) -> Problem:
     return Problem(task, model, fx)
 
 
-def _random_recurrent(rng: np.random.Generator, task, fx: FixedPoint) -> Recurrent:
+def _random_recurrent(rng: np.random.Generator, task, fx: Fixed) -> Recurrent:
     """Random weights, or for Dyck-(2,2) sometimes the automaton network with a few weights moved."""
     if task.name == "dyck22" and rng.random() < 0.5:
-        return perturbed_dyck_rnn(rng, 0.03, 1.0 / fx.one)
+        return perturbed_dyck_rnn(rng, 0.03, float(fx.step))
     h, C = int(rng.integers(1, 4)), task.num_classes
     w = lambda *shape: np.round(rng.normal(0, 1.5, size=shape) * 4) / 4
     return Recurrent(w(len(task.vocab), h), w(h, h), w(h), w(h), Readout(w(C, h), w(C), "argmax", positions="all"),
                      list(task.vocab))
 
 
+def reference_format(fx: Fixed) -> RefFX:
+    """The independent reference of a format (tests/reference.py)."""
+    if isinstance(fx, FixedPoint):
+        return RefFX(fx.p, fx.f, fx.rounding, fx.overflow, fx.accumulate)
+    return RefGrid(fx.step, fx.lo, fx.hi, fx.rounding, fx.overflow, fx.accumulate)
+
+
 def reference_failures(problem: Problem) -> set:
     """The inputs the independent reference gets wrong (wrong, tie, or a saturation under error)."""
     model, fx, task = problem.model, problem.arith, problem.task
-    ref = RefFX(fx.p, fx.f, fx.rounding, fx.overflow, fx.accumulate)
+    ref = reference_format(fx)
     recurrent = isinstance(model, Recurrent)
     q = None if recurrent else quantize_model(model, ref)
     failing = set()

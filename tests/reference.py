@@ -1,4 +1,4 @@
-"""An independent, slow reference of fixed-point.md: Python Fractions, mpmath, one input at a time.
+"""An independent, slow reference of docs/arithmetic.md: Python Fractions, mpmath, one input at a time.
 
 It shares no code with `verifier.arithmetic` or `verifier.evaluator`: rounding is done on exact
 Fractions, exp is evaluated by mpmath at 300 bits, and the forward pass is plain loops.
@@ -66,15 +66,50 @@ class RefFX:
         return [self.R(Fraction(x, Z)) for x in e]
 
 
+class RefGrid(RefFX):
+    """The grid of any rational step: codes lo..hi meaning code * step (docs/arithmetic.md).  Only
+    the number format differs from RefFX; the operations (dot, softmax, sat) are RefFX's, which
+    work on values through `R` and `val`."""
+
+    def __init__(self, step, lo, hi, rounding="floor", overflow="saturate", accumulate="product"):
+        self.step = Fraction(step)
+        self.rounding, self.overflow, self.accumulate = rounding, overflow, accumulate
+        self.lo, self.hi = lo, hi
+        self.ovf = False
+
+    def R(self, x: Fraction) -> int:
+        """A real number to a code: round x / step, then saturate."""
+        return self.sat(self.round_int(Fraction(x) / self.step))
+
+    def val(self, c) -> Fraction:
+        return Fraction(c) * self.step
+
+    def exp(self, d: int) -> int:
+        if d == 0:
+            return self.R(Fraction(1))
+        with mpmath.workprec(300):
+            step = mpmath.mpf(self.step.numerator) / self.step.denominator
+            y = mpmath.exp(d * step) / step
+            fl = int(mpmath.floor(y))
+            if self.rounding == "nearest" and y - fl > 0.5:
+                fl += 1
+        return self.sat(fl)
+
+
 def quantize(fx: RefFX, W) -> tuple[list, bool]:
     """Codes of a weight array (nested lists of ints) and whether any entry saturated."""
     before, fx.ovf = fx.ovf, False
     if hasattr(W, "ndim") and W.ndim == 2:
-        codes = [[fx.R(Fraction(float(w))) for w in row] for row in W]
+        codes = [[fx.R(_exact(w)) for w in row] for row in W]
     else:
-        codes = [fx.R(Fraction(float(w))) for w in W]
+        codes = [fx.R(_exact(w)) for w in W]
     saturated, fx.ovf = fx.ovf, before
     return codes, saturated
+
+
+def _exact(w) -> Fraction:
+    """A weight's exact value: a Fraction as it is, a float64 as the binary rational it holds."""
+    return w if isinstance(w, Fraction) else Fraction(float(w))
 
 
 def quantize_model(model, fx: RefFX) -> dict:
@@ -141,7 +176,7 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
                 heads = [x for o in outs for x in o]
             else:
                 H = len(outs)
-                heads = [fx.R(Fraction(sum(o[c] for o in outs), H) / 2 ** fx.f) for c in range(len(outs[0]))]
+                heads = [fx.R(fx.val(Fraction(sum(o[c] for o in outs), H))) for c in range(len(outs[0]))]
             A = [fx.dot(row, heads, b) for row, b in zip(ql["W_O"], ql["b_O"] or [None] * len(ql["W_O"]))]
             x = [fx.sat(a + b) for a, b in zip(X[i], A)] if layer.residual else A
             if layer.has_ffn:

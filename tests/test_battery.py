@@ -2,8 +2,10 @@
 
 A slice of every kind runs by default; ``python3 -m pytest -m slow tests/test_battery.py -s`` runs
 BATTERY_SIZE models (or $VERIFY_BATTERY_SIZE) on every core and prints the counts (README, "The
-differential battery")."""
+differential battery"), and GRID_BATTERY_SIZE models (or $VERIFY_GRID_BATTERY_SIZE) on grids of
+rational step (tests/test_grid.py runs a slice of those)."""
 
+import functools
 import multiprocessing
 import os
 import time
@@ -15,6 +17,7 @@ import pytest
 from battery import KINDS, battery_problem, decide_all
 
 BATTERY_SIZE = int(os.environ.get("VERIFY_BATTERY_SIZE", 10_000))
+GRID_BATTERY_SIZE = int(os.environ.get("VERIFY_GRID_BATTERY_SIZE", 1_000))
 SLICE = range(3 * len(KINDS))  # three models of every kind
 
 
@@ -23,25 +26,34 @@ def test_battery_slice(i):
     decide_all(battery_problem(i))
 
 
-def _decide(i: int) -> tuple[int, dict | str]:
+def _decide(i: int, grid: bool = False) -> tuple[int, dict | str]:
     warnings.simplefilter("ignore")  # float64 reference values of extreme weights overflow; they are reports
     try:
-        return i, decide_all(battery_problem(i))
+        return i, decide_all(battery_problem(i, grid))
     except Exception as exc:  # collected, so that the run reports every disagreement at the end
         return i, f"{type(exc).__name__}: {exc}"
 
 
 @pytest.mark.slow
 def test_full_battery():
+    _full(BATTERY_SIZE, grid=False)
+
+
+@pytest.mark.slow
+def test_full_grid_battery():
+    _full(GRID_BATTERY_SIZE, grid=True)
+
+
+def _full(size: int, grid: bool) -> None:
     t0 = time.monotonic()
     with multiprocessing.get_context("fork").Pool(os.cpu_count() or 1) as pool:
-        results = dict(pool.imap_unordered(_decide, range(BATTERY_SIZE), chunksize=8))
+        results = dict(pool.imap_unordered(functools.partial(_decide, grid=grid), range(size), chunksize=8))
     failures = {i: r for i, r in results.items() if isinstance(r, str)}
     counts = Counter()
     for r in results.values():
         if isinstance(r, dict):
             counts.update({r["verdict"]: 1, f"bv {r['bv']}": 1, f"int {r['int']}": 1, f"bounds {r['bounds']}": 1})
-    print(f"\nbattery: {len(results)} models in {time.monotonic() - t0:.0f} s on {os.cpu_count()} cores; "
-          f"{dict(sorted(counts.items()))}; {len(failures)} disagreements")
+    print(f"\n{'grid battery' if grid else 'battery'}: {len(results)} models in {time.monotonic() - t0:.0f} s on "
+          f"{os.cpu_count()} cores; {dict(sorted(counts.items()))}; {len(failures)} disagreements")
     assert not failures, sorted(failures.items())[:10]
     assert counts["proved"] and counts["refuted"]

@@ -4,15 +4,18 @@
     >>> result = verifier.prove("idxl", N=4, p=8)
     >>> result.verdict
     'proved'
+    >>> verifier.prove("equality", N=6, arith="b2:2", variant="paper").verdict  # Bhattamishra et al.'s B.2 grid
+    'proved'
 """
 
 from .api import Traced, build_problem, check_compatible, explain, prove, replay, run
-from .arithmetic import FixedPoint, Real
+from .arithmetic import Fixed, FixedPoint, Grid, Real, make_format
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, reference, trace
 from .model import Head, Layer, Model, Readout, load_model, save_model
 from .result import Counterexample, Result
 
-__all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "FixedPoint", "Real", "InputError",
+__all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "Fixed", "FixedPoint", "Grid", "Real",
+           "make_format", "InputError",
            "InternalError", "Evaluator", "reference", "trace", "Head", "Layer", "Model", "Readout", "load_model",
            "save_model", "Counterexample", "Result"]

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import interrupts, solvers
-from .arithmetic import FixedPoint
+from .arithmetic import Fixed, make_format
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
 from .engines import Found, Problem, RunOptions, Tick, choose
@@ -35,7 +35,7 @@ MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
 
 @dataclass
 class Traced:
-    """One input evaluated in FX and in the real reference, with every intermediate value."""
+    """One input evaluated in the problem's format and in the real reference, with every intermediate value."""
 
     tokens: np.ndarray
     truth: int | np.ndarray  # the answer, or the answers at every position
@@ -46,14 +46,19 @@ class Traced:
     real_margin: float
 
 
-def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = None, p: int,
+def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = None, p: Optional[int] = None,
                   f: Optional[int] = None, rounding: str = "floor", overflow: str = "saturate",
-                  accumulate: str = "product", variant: Optional[str] = None, k: Optional[int] = None,
-                  eta: Optional[float] = None, seed: int = 0, model: Optional[Model | Recurrent] = None,
-                  **task_options) -> Problem:
+                  accumulate: str = "product", arith: "str | Fixed | None" = None, variant: Optional[str] = None,
+                  k: Optional[int] = None, eta: Optional[float] = None, seed: int = 0,
+                  model: Optional[Model | Recurrent] = None, **task_options) -> Problem:
     """The task at size N (with its options, e.g. ``sigma=4``), the arithmetic, and the built-in
     construction in the given variant (default: corrected), or the given model.  `task` may also
-    be a task object (a `ReferenceTask` built from a Python function, say); N is then its own."""
+    be a task object (a `ReferenceTask` built from a Python function, say); N is then its own.
+
+    The arithmetic: FX(p, f) with the rounding, overflow and accumulation rules, or `arith`: a
+    format (a `Fixed`, e.g. ``Grid.b2(6, 2)``), or its name as the CLI's --format takes it
+    (``"fx"``, ``"b2:2"`` at the task's N, ``"grid:1/144:144"``; `verifier.arithmetic.make_format`).
+    A construction gets the format's Kc at the task's N (`Fixed.kc`)."""
     if isinstance(task, str):
         if N is None:
             raise InputError("the task's size N is required")
@@ -62,18 +67,33 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
         raise InputError("a task object has its size and options already; give neither N nor options")
     else:
         t = task
-    arith = FixedPoint(p, f, rounding, overflow, accumulate)
+    arith = _format(arith, getattr(t, "N", None), p, f, rounding, overflow, accumulate)
     built_in = model is None
     if built_in:
         if t.name not in CONSTRUCTIONS:
             raise InputError(f"{t.name} has no built-in construction; give a model (--model)")
-        model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, arith.f)
+        model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, arith.kc(t.N))
     elif (k, eta, variant) != (None, None, None):
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
     fitted, t = check_compatible(model, t)
-    arith.check_capacity(fitted.widest_sum())  # a format int64 cannot hold fails now, not in the engine
+    arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
+
+
+def _format(arith, N: int, p, f, rounding: str, overflow: str, accumulate: str) -> Fixed:
+    """The problem's format: a format object as given (with no FX option beside it), or the one
+    `make_format` reads from a name (None: FX(p, f))."""
+    if isinstance(arith, Fixed):
+        given = {"p": p, "f": f, "rounding": rounding != "floor", "overflow": overflow != "saturate",
+                 "accumulate": accumulate != "product"}
+        if any(v not in (None, False) for v in given.values()):
+            raise InputError(f"arith={arith.label()} is a whole format; give no "
+                             f"{', '.join(k for k, v in given.items() if v not in (None, False))} beside it")
+        return arith
+    if arith is not None and not isinstance(arith, str):
+        raise InputError(f"arith must be a format (verifier.arithmetic.Fixed) or its name, got {arith!r}")
+    return make_format(arith, N=N, p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
 
 
 def check_compatible(model: Model | Recurrent, task) -> tuple[Model | Recurrent, "Task"]:
@@ -191,7 +211,7 @@ def describe_problem(problem: Problem) -> tuple[dict, dict, dict]:
     construction's parameters are facts; what a model file's metadata says is only its claim."""
     model = problem.model
     info = dict(model.info)
-    size_bits = problem.arith.p * model.n_params()
+    size_bits = problem.arith.bits * model.n_params()
     provenance = {"weights_sha256": problem.weights_sha256 or weights_sha256(model)}
     if problem.built_in:
         construction = {"construction": info.pop("construction", "?"), "theorem": info.pop("theorem", None)}
@@ -236,7 +256,8 @@ def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexampl
 
 
 def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator | RecurrentEvaluator] = None) -> Traced:
-    """Evaluate one input on the generic path in FX and in the real reference, keeping every value."""
+    """Evaluate one input on the generic path in the problem's format and in the real reference,
+    keeping every value ("values" = codes * step)."""
     quantized = quantized or make_evaluator(problem.model, problem.arith, tables=False)
     tokens = np.asarray(tokens, dtype=np.int64)
     truth = problem.task.answer(tokens)

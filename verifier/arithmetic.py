@@ -1,14 +1,25 @@
-"""The arithmetic: exact p-bit fixed point FX(p, f), and the float64 real reference.
+"""The arithmetic: exact fixed point on a grid of any rational step, and the float64 real reference.
 
 Normative text: ``docs/arithmetic.md``, which follows Bhattamishra et al. 2024 (arXiv:2406.09347),
-Appendix B.2 (p-bit
-grid, rounding down, saturation) and Appendix D (max-subtracted softmax, exact sum Z).
+Appendix B.2 (a grid of step N^-Kc and range [-N^Kc, N^Kc], rounding down, saturation) and
+Appendix D (max-subtracted softmax, exact sum Z).
 
-Both classes expose the same operations (`lin`, `scores`, `mix`, `softmax`, `relu`, `add`,
-`mean_heads`), so the evaluator is written once and runs in either arithmetic.  FX values are
-numpy ``int64`` arrays of integer codes ``q`` meaning ``q * 2^-f``; every operation is exact
-integer arithmetic followed by the rounding and saturation the spec prescribes.  Where int64
-could overflow, `FixedPoint.check_capacity` refuses the format instead of letting it wrap.
+A fixed-point format is a `Fixed`: integer codes q in lo..hi meaning q * step, with step = num / den
+a positive rational.  Its operations (`lin`, `scores`, `mix`, `softmax`, `relu`, `add`,
+`mean_heads`, `quantize`, `above`) are written once, in `Fixed`, as exact integer arithmetic on
+numpy ``int64`` codes followed by the rounding and saturation the spec prescribes, in terms of
+three primitives: ``scale_num`` (x num), ``times_den`` (x den) and ``round_den`` (R(x / den)).  A
+product of codes q1 q2 step^2 is the code R(q1 q2 num / den); a softmax weight e / Z is the code
+R(e den / (Z num)).  Two classes implement the primitives:
+
+* `FixedPoint`, binary FX(p, f): step 2^-f (num = 1, den = 2^f), codes -2^(p-1) .. 2^(p-1)-1, by
+  shifts;
+* `Grid`, any step and range (Bhattamishra et al.'s B.2 grid is `Grid.b2`), by integer
+  multiplication and floor division.
+
+`Real` has the same operations in float64, so the evaluator is written once and runs in any of
+them; the engines that work on codes (layer-0 tables, SMT, bounds) use `Fixed`'s primitives.
+Where int64 could overflow, `check_capacity` refuses the format instead of letting it wrap.
 
 Departures from the paper: it only rounds down and only clamps from above; we offer `nearest`
 (ties to even) and `zero` as options and clamp from below too (docs/arithmetic.md).
@@ -25,6 +36,7 @@ from typing import Callable, Optional
 import mpmath
 import numpy as np
 
+from .budget import require_memory
 from .errors import InputError
 
 ROUNDINGS = ("floor", "nearest", "zero")
@@ -32,6 +44,10 @@ ATTENTION_KINDS = ("softmax", "relu")
 OVERFLOWS = ("saturate", "error")
 ACCUMULATES = ("product", "wide")
 _INT64_SAFE_BITS = 62  # every intermediate stays below 2^62 in magnitude
+B2_SOURCE = "Bhattamishra et al. 2024, arXiv:2406.09347, Appendix B.2"
+FORMAT_HELP = ("fx (binary FX(p, f) with --p and --f, the default), b2:KC (the grid of Bhattamishra et al. "
+               "2024, Appendix B.2, at the task's N: step N^-KC, range [-N^KC, N^KC]) or grid:STEP:MAX (step "
+               "STEP, range [-MAX, MAX], e.g. grid:1/144:144)")
 
 Recorder = Optional[Callable[[str, np.ndarray], None]]
 
@@ -72,81 +88,99 @@ class Ctx:
                 self.where.append(self.saturated_at[-1])
 
 
-@dataclass(frozen=True)
-class FixedPoint:
-    """FX(p, f): signed p-bit codes, f fractional bits (fixed-point.md, "The number format")."""
+def _round(y: Fraction, rounding: str) -> int:
+    """An exact rational rounded to an integer by the rounding rule (nearest: ties to even)."""
+    if rounding == "floor":
+        return math.floor(y)
+    return math.trunc(y) if rounding == "zero" else round(y)  # round(Fraction): ties to even
 
-    p: int
-    f: Optional[int] = None
-    rounding: str = "floor"
-    overflow: str = "saturate"
-    accumulate: str = "product"
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.p, int) or self.p < 2:
-            raise InputError(f"p must be an integer >= 2, got {self.p!r}")
-        if self.p > 31:
-            raise InputError(f"p={self.p} is too wide: products need 2p bits and int64 holds 63; use p <= 31")
-        if self.f is None:
-            object.__setattr__(self, "f", self.p // 2)
-        if not isinstance(self.f, int) or not 0 <= self.f <= self.p:
-            raise InputError(f"f must be an integer with 0 <= f <= p (p={self.p}), got {self.f!r}")
-        for name, value, allowed in (("rounding", self.rounding, ROUNDINGS),
-                                     ("overflow", self.overflow, OVERFLOWS),
-                                     ("accumulate", self.accumulate, ACCUMULATES)):
-            if value not in allowed:
-                raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+def _check_rules(fmt) -> None:
+    for name, value, allowed in (("rounding", fmt.rounding, ROUNDINGS),
+                                 ("overflow", fmt.overflow, OVERFLOWS),
+                                 ("accumulate", fmt.accumulate, ACCUMULATES)):
+        if value not in allowed:
+            raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+class Fixed:
+    """A fixed-point format: codes q in lo..hi meaning q * num / den (docs/arithmetic.md).
+
+    Subclasses give ``lo``, ``hi``, ``num``, ``den``, ``rounding``, ``overflow``, ``accumulate``,
+    `check_capacity`, `smt_width`, `describe` and `label`; they may replace the three primitives
+    by faster equivalents (`FixedPoint`: shifts)."""
+
+    lo: int
+    hi: int
+    num: int
+    den: int
+    rounding: str
+    overflow: str
+    accumulate: str
+    shift: Optional[int] = None  # den = 2^shift and num = 1: the primitives are shifts
 
     # -- the format ---------------------------------------------------------------------------
     @property
-    def lo(self) -> int:
-        return -(1 << (self.p - 1))
+    def step(self) -> Fraction:
+        return Fraction(self.num, self.den)
 
     @property
-    def hi(self) -> int:
-        return (1 << (self.p - 1)) - 1
+    def bits(self) -> int:
+        """Bits of a code: the smallest b with 2^b codes or more."""
+        return (self.hi - self.lo).bit_length()
 
     @property
-    def one(self) -> int:
-        return 1 << self.f
+    def one_code(self) -> int:
+        """R(1) before saturation: the code exp(0) rounds to."""
+        return _round(Fraction(self.den, self.num), self.rounding)
 
-    def describe(self) -> dict:
-        return {"p": self.p, "f": self.f, "rounding": self.rounding, "overflow": self.overflow,
-                "accumulate": self.accumulate, "step": 2.0 ** -self.f,
-                "range": [self.lo / self.one, self.hi / self.one]}
+    @property
+    def exp0_saturates(self) -> bool:
+        """exp(0) = 1 is beyond the range (a saturation under overflow = error)."""
+        return self.one_code > self.hi
 
-    def label(self) -> str:
-        return (f"FX(p={self.p}, f={self.f}) rounding={self.rounding} overflow={self.overflow} "
-                f"accumulate={self.accumulate}")
+    def value(self, code: int) -> Fraction:
+        """The exact value of a code."""
+        return Fraction(int(code) * self.num, self.den)
 
-    def check_capacity(self, max_terms: int) -> None:
-        """Refuse formats where a sum of ``max_terms`` products of codes could leave int64."""
-        bits = 2 * (self.p - 1) + math.ceil(math.log2(max_terms + 2))
-        if bits > _INT64_SAFE_BITS:
-            raise InputError(
-                f"p={self.p} with sums of up to {max_terms} products needs {bits} bits, more than the "
-                f"{_INT64_SAFE_BITS} that int64 holds exactly; use a smaller p")
+    def kc(self, N: int) -> float:
+        """Bhattamishra et al.'s Kc for this format at size N: step = N^-Kc (Appendix B.2)."""
+        ratio = Fraction(self.den, self.num)
+        return math.log(ratio) / math.log(N) if N > 1 else math.log2(ratio)
 
     def context(self, batch_shape: tuple, locate: bool = False) -> Ctx:
         return Ctx(batch_shape, self.overflow == "error", locate)
 
     def to_real(self, codes: np.ndarray) -> np.ndarray:
-        return np.asarray(codes, dtype=np.float64) / self.one
+        return np.asarray(codes, dtype=np.float64) * self.num / self.den
+
+    def check_model(self, model) -> None:
+        """Refuse, before any work, a format the model cannot run in: a sum of the model's widest
+        sum of products that int64 cannot hold, or softmax where exp(0) = 1 rounds to 0 (Z could be
+        0) or whose exp table cannot fit in memory (the table is built here, once)."""
+        self.check_capacity(model.widest_sum())
+        if any(layer.attention == "softmax" for layer in getattr(model, "layers", ())):
+            if self.one_code <= 0:
+                raise InputError(f"{self.label()} rounds exp(0) = 1 to 0, so softmax's sum Z can be 0; use a step "
+                                 f"of at most 1")
+            self.exp_table()
+
+    # -- the primitives -----------------------------------------------------------------------
+    def scale_num(self, x: np.ndarray) -> np.ndarray:
+        return x if self.num == 1 else x * self.num
+
+    def times_den(self, x: np.ndarray) -> np.ndarray:
+        return x << self.shift if self.shift is not None else x * self.den
+
+    def round_den(self, x: np.ndarray) -> np.ndarray:
+        """R-rounding of the exact rational x / den to an integer (no saturation)."""
+        return self.round_div(x, self.den)
+
+    def rescale(self, x: np.ndarray) -> np.ndarray:
+        """The code R(x step) of a product of codes x = q1 q2 (worth x step^2), before saturation."""
+        return self.round_den(self.scale_num(x))
 
     # -- rounding and saturation --------------------------------------------------------------
-    def round_shift(self, x: np.ndarray, s: int) -> np.ndarray:
-        """R-rounding of the exact rational x / 2^s to an integer (no saturation)."""
-        if s == 0:
-            return x
-        if self.rounding == "floor":
-            return x >> s
-        if self.rounding == "zero":
-            return np.where(x < 0, -((-x) >> s), x >> s)
-        q = x >> s
-        r = x & ((1 << s) - 1)
-        half = 1 << (s - 1)
-        return q + ((r > half) | ((r == half) & ((q & 1) == 1)))
-
     def round_div(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
         """R-rounding of the exact rational num / den, den > 0 (no saturation)."""
         q = num // den
@@ -159,15 +193,18 @@ class FixedPoint:
         return q + ((twice > den) | ((twice == den) & ((q & 1) == 1)))
 
     def round_rational(self, x: Fraction | int) -> int:
-        """R-rounding of the exact rational x 2^f to an integer (no saturation)."""
-        y = Fraction(x) * self.one
-        if self.rounding == "floor":
-            return math.floor(y)
-        return math.trunc(y) if self.rounding == "zero" else round(y)  # round(Fraction): ties to even
+        """R-rounding of the exact rational x / step to an integer (no saturation)."""
+        return _round(Fraction(x) * self.den / self.num, self.rounding)
+
+    def threshold_code(self, theta: float | Fraction) -> int:
+        """The integer c with  code > c  <=>  code step > theta  for every code of the format:
+        floor(theta / step) computed exactly, then clamped to lo - 1 .. hi (a readout code is
+        always in lo..hi), so that it is a constant of the format whatever theta is (2^29, 1e300)."""
+        return min(max(math.floor(Fraction(theta) * self.den / self.num), self.lo - 1), self.hi)
 
     def above(self, y: np.ndarray, theta: float | Fraction) -> np.ndarray:
         """y_i > theta for readout codes y, decided exactly (see `threshold_code`)."""
-        return y > threshold_code(theta, self)
+        return y > self.threshold_code(theta)
 
     def sat(self, x: np.ndarray, ctx: Ctx, name: str, present: Optional[np.ndarray] = None) -> np.ndarray:
         """Clamp to the code range; under overflow = error, note saturations (of present entries)."""
@@ -183,10 +220,23 @@ class FixedPoint:
             exact = np.vectorize(self.round_rational, otypes=[object])(w)
             saturated = (exact < self.lo) | (exact > self.hi)
             return np.clip(exact, self.lo, self.hi).astype(np.int64), saturated.astype(bool)
-        w = np.asarray(w, dtype=np.float64)
-        with np.errstate(over="ignore"):  # beyond float64 is beyond the range too: it saturates below
-            scaled = w * float(self.one)  # exact: a power-of-two scaling of a float64
-        rounded = {"floor": np.floor, "nearest": np.rint, "zero": np.trunc}[self.rounding](scaled)
+        return self._quantize_float(np.asarray(w, dtype=np.float64))
+
+    def _quantize_float(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """R(w) of float64 weights, each the binary rational it holds.  float64 computes w / step
+        within 2^-52 relatively; an entry that close to a rounding boundary (an integer; a
+        half-integer for nearest), or underflowed, is decided on its exact rational instead."""
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            y = w * (self.den / self.num)
+            rounded = {"floor": np.floor, "nearest": np.rint, "zero": np.trunc}[self.rounding](y)
+            edge = y - 0.5 if self.rounding == "nearest" else y
+            near = (np.abs(edge - np.rint(edge)) <= np.abs(y) * 2.0 ** -46) | (np.abs(y) < 2.0 ** -900)
+            reach = 2.0 * max(-self.lo, self.hi) + 2  # beyond it the entry saturates either way
+            close = (w != 0) & (np.abs(y) <= reach) & (near | (np.abs(y) >= 2.0 ** 50))
+        if close.any():
+            values, where = np.unique(w[close], return_inverse=True)
+            codes = [min(max(self.round_rational(Fraction(float(v))), self.lo - 1), self.hi + 1) for v in values]
+            rounded[close] = np.array(codes, dtype=np.float64)[where.reshape(-1)]
         saturated = (rounded < self.lo) | (rounded > self.hi)
         return np.clip(rounded, self.lo, self.hi).astype(np.int64), saturated
 
@@ -196,17 +246,17 @@ class FixedPoint:
         """sum over the last axis of a * b, by the accumulate rule, plus bias, saturated."""
         prod = a * b
         if self.accumulate == "product":
-            # every product is a p-bit intermediate: R rounds and saturates it
-            terms = self.sat(self.round_shift(prod, self.f), ctx, f"{name}.product",
+            # every product is an intermediate on the grid: R rounds and saturates it
+            terms = self.sat(self.rescale(prod), ctx, f"{name}.product",
                              None if present is None else present[..., None])
             s = terms.sum(-1)
             if bias is not None:
                 s = s + bias
-        else:
-            s = prod.sum(-1)
+        else:  # R(step (sum of products) + bias) = R((num sum + den bias) / den)
+            s = self.scale_num(prod.sum(-1))
             if bias is not None:
-                s = s + (bias << self.f)
-            s = self.round_shift(s, self.f)
+                s = s + self.times_den(bias)
+            s = self.round_den(s)
         return self.sat(s, ctx, name, present)
 
     def lin(self, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx: Ctx, name: str) -> np.ndarray:
@@ -239,6 +289,10 @@ class FixedPoint:
         H = outs.shape[-2]
         return self.sat(self.round_div(outs.sum(-2), np.int64(H)), ctx, name)
 
+    def exp_table(self) -> tuple[int, np.ndarray]:
+        """The correctly rounded codes R(exp(d step)) for d = dmin .. 0 (`exp_codes`)."""
+        return exp_codes(self.num, self.den, self.lo, self.hi, self.rounding)
+
     def softmax(self, s: np.ndarray, mask: Optional[np.ndarray], ctx: Ctx, name: str,
                 rec: Recorder = None) -> np.ndarray:
         """Max-subtracted softmax (Bhattamishra et al. 2024, Appendix D) over the last axis.
@@ -252,17 +306,291 @@ class FixedPoint:
         d = np.clip(raw, self.lo, 0)  # allowed entries are <= 0; masked ones may be anything
         if ctx.watch:
             ctx.note(f"{name}.d", (raw < self.lo) & allowed)
-        dmin, table = exp_table(self.p, self.f, self.rounding)
+        dmin, table = self.exp_table()
         e = np.where(allowed, table[np.maximum(d, dmin) - dmin], 0)
-        if ctx.watch and self.one > self.hi:
+        if ctx.watch and self.exp0_saturates:
             ctx.note(f"{name}.exp", (d == 0) & allowed)  # exp(0) = 1 is not representable
         Z = e.sum(-1, keepdims=True)
-        a = self.sat(self.round_div(e << self.f, Z), ctx, f"{name}.attn")
+        a = self.sat(self.round_div(self.times_den(e), self.scale_num(Z)), ctx, f"{name}.attn")
         if rec is not None:
             rec(f"{name}.max", M[..., 0])
             rec(f"{name}.exp", e)
             rec(f"{name}.Z", Z[..., 0])
         return a
+
+
+@dataclass(frozen=True)
+class FixedPoint(Fixed):
+    """FX(p, f): signed p-bit codes, f fractional bits: the grid of step 2^-f with codes
+    -2^(p-1) .. 2^(p-1) - 1, whose primitives are shifts."""
+
+    p: int
+    f: Optional[int] = None
+    rounding: str = "floor"
+    overflow: str = "saturate"
+    accumulate: str = "product"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.p, int) or self.p < 2:
+            raise InputError(f"p must be an integer >= 2, got {self.p!r}")
+        if self.p > 31:
+            raise InputError(f"p={self.p} is too wide: products need 2p bits and int64 holds 63; use p <= 31")
+        if self.f is None:
+            object.__setattr__(self, "f", self.p // 2)
+        if not isinstance(self.f, int) or not 0 <= self.f <= self.p:
+            raise InputError(f"f must be an integer with 0 <= f <= p (p={self.p}), got {self.f!r}")
+        _check_rules(self)
+
+    # -- the format ---------------------------------------------------------------------------
+    @property
+    def lo(self) -> int:
+        return -(1 << (self.p - 1))
+
+    @property
+    def hi(self) -> int:
+        return (1 << (self.p - 1)) - 1
+
+    @property
+    def one(self) -> int:
+        return 1 << self.f
+
+    @property
+    def num(self) -> int:
+        return 1
+
+    @property
+    def den(self) -> int:
+        return 1 << self.f
+
+    @property
+    def shift(self) -> int:
+        return self.f
+
+    @property
+    def bits(self) -> int:
+        return self.p
+
+    def kc(self, N: int) -> float:
+        """N^-Kc = 2^-f: Kc = f / log2 N (for N = 1, f)."""
+        return self.f / math.log2(N) if N > 1 else float(self.f)
+
+    def describe(self) -> dict:
+        return {"format": "fx", "p": self.p, "f": self.f, "rounding": self.rounding, "overflow": self.overflow,
+                "accumulate": self.accumulate, "step": 2.0 ** -self.f,
+                "range": [self.lo / self.one, self.hi / self.one]}
+
+    def label(self) -> str:
+        return (f"FX(p={self.p}, f={self.f}) rounding={self.rounding} overflow={self.overflow} "
+                f"accumulate={self.accumulate}")
+
+    def check_capacity(self, max_terms: int) -> None:
+        """Refuse formats where a sum of ``max_terms`` products of codes could leave int64."""
+        bits = 2 * (self.p - 1) + math.ceil(math.log2(max_terms + 2))
+        if bits > _INT64_SAFE_BITS:
+            raise InputError(
+                f"p={self.p} with sums of up to {max_terms} products needs {bits} bits, more than the "
+                f"{_INT64_SAFE_BITS} that int64 holds exactly; use a smaller p")
+
+    def smt_width(self, max_terms: int) -> int:
+        """Bits that hold a sum of ``max_terms`` products of codes plus a shifted bias, with slack:
+        below (T + 2) 2^(2p-2), so 2p - 1 + ceil(log2(T + 2)) bits, and 5 more."""
+        return 2 * self.p + math.ceil(math.log2(max_terms + 2)) + 4
+
+    # -- the primitives, by shifts ------------------------------------------------------------
+    def scale_num(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+    def round_den(self, x: np.ndarray) -> np.ndarray:
+        return self.round_shift(x, self.f)
+
+    def round_shift(self, x: np.ndarray, s: int) -> np.ndarray:
+        """R-rounding of the exact rational x / 2^s to an integer (no saturation)."""
+        if s == 0:
+            return x
+        if self.rounding == "floor":
+            return x >> s
+        if self.rounding == "zero":
+            return np.where(x < 0, -((-x) >> s), x >> s)
+        q = x >> s
+        r = x & ((1 << s) - 1)
+        half = 1 << (s - 1)
+        return q + ((r > half) | ((r == half) & ((q & 1) == 1)))
+
+    def _quantize_float(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(over="ignore"):  # beyond float64 is beyond the range too: it saturates below
+            scaled = w * float(self.one)  # exact: a power-of-two scaling of a float64
+        rounded = {"floor": np.floor, "nearest": np.rint, "zero": np.trunc}[self.rounding](scaled)
+        saturated = (rounded < self.lo) | (rounded > self.hi)
+        return np.clip(rounded, self.lo, self.hi).astype(np.int64), saturated
+
+
+@dataclass(frozen=True)
+class Grid(Fixed):
+    """Fixed point with any positive rational step: codes lo .. hi (lo < 0 < hi) meaning q * step.
+
+    `Grid.b2` is Bhattamishra et al.'s B.2 grid (step N^-Kc, codes -N^(2Kc) .. N^(2Kc)), and
+    `Grid.symmetric` the grid of a step and a range [-MAX, MAX].  ``b2_of`` records (N, Kc) for the
+    verdict's arithmetic line."""
+
+    step_value: Fraction
+    lo: int
+    hi: int
+    rounding: str = "floor"
+    overflow: str = "saturate"
+    accumulate: str = "product"
+    b2_of: Optional[tuple[int, int]] = None  # (N, Kc) of a B.2 grid
+
+    def __post_init__(self) -> None:
+        try:
+            step = Fraction(self.step_value)
+        except (TypeError, ValueError):
+            raise InputError(f"a grid's step must be a rational number, got {self.step_value!r}") from None
+        if step <= 0:
+            raise InputError(f"a grid's step must be positive, got {step}")
+        object.__setattr__(self, "step_value", step)
+        for name in ("lo", "hi"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InputError(f"a grid's {name} code must be an integer, got {v!r}")
+            object.__setattr__(self, name, int(v))
+        if not self.lo < 0 < self.hi:
+            raise InputError(f"a grid's codes must run from a negative lo to a positive hi, got {self.lo} .. {self.hi}")
+        _check_rules(self)
+        bits = self._raw_bound(1).bit_length()
+        if bits > _INT64_SAFE_BITS:
+            raise InputError(f"{self.label()}: a product of two codes needs {bits} bits, more than the "
+                             f"{_INT64_SAFE_BITS} that int64 holds exactly; use a coarser step or a smaller range")
+
+    @classmethod
+    def b2(cls, N: int, Kc: int, rounding: str = "floor", overflow: str = "saturate",
+           accumulate: str = "product") -> "Grid":
+        """Bhattamishra et al. 2024, Appendix B.2, at size N: step N^-Kc, range [-N^Kc, N^Kc]."""
+        if isinstance(N, bool) or not isinstance(N, int) or N < 1:
+            raise InputError(f"the B.2 grid is at a size N >= 1, got {N!r}")
+        if isinstance(Kc, bool) or not isinstance(Kc, int) or Kc < 1:
+            raise InputError(f"the B.2 grid's Kc must be an integer >= 1, got {Kc!r}")
+        if 3 * Kc * N.bit_length() > 4 * _INT64_SAFE_BITS:  # refused before N^Kc is computed
+            raise InputError(f"the B.2 grid at N={N}, Kc={Kc} has codes up to N^(2 Kc), far beyond what int64 "
+                             f"holds; use a smaller Kc")
+        return cls(Fraction(1, N ** Kc), -N ** (2 * Kc), N ** (2 * Kc), rounding, overflow, accumulate, (N, Kc))
+
+    @classmethod
+    def symmetric(cls, step: Fraction, top: Fraction, rounding: str = "floor", overflow: str = "saturate",
+                  accumulate: str = "product") -> "Grid":
+        """The grid of step `step` and range [-top, top] (top a multiple of the step)."""
+        step, top = Fraction(step), Fraction(top)
+        if step <= 0 or top <= 0:
+            raise InputError(f"a grid's step and range end must be positive, got step {step} and range end {top}")
+        codes = top / step
+        if codes.denominator != 1:
+            raise InputError(f"the range end {top} is not a multiple of the step {step}: the range [-MAX, MAX] "
+                             f"must be on the grid")
+        if codes.numerator.bit_length() > 2 * _INT64_SAFE_BITS:  # refused before the bound is computed
+            raise InputError(f"the grid of step {step} and range [-{top}, {top}] has {codes} codes on each side, "
+                             f"far beyond what int64 holds")
+        return cls(step, -codes.numerator, codes.numerator, rounding, overflow, accumulate)
+
+    @property
+    def num(self) -> int:
+        return self.step_value.numerator
+
+    @property
+    def den(self) -> int:
+        return self.step_value.denominator
+
+    def kc(self, N: int) -> float:
+        if self.b2_of is not None and self.b2_of[0] == N:
+            return float(self.b2_of[1])
+        return super().kc(N)
+
+    def _raw_bound(self, max_terms: int) -> int:
+        """The largest magnitude of an intermediate before rounding: a sum of max_terms products of
+        codes (times num) plus a bias (times den), with room for two more terms."""
+        M = max(-self.lo, self.hi)
+        return (max_terms + 2) * M * M * self.num + M * self.den
+
+    def check_capacity(self, max_terms: int) -> None:
+        bits = self._raw_bound(max_terms).bit_length()
+        if bits > _INT64_SAFE_BITS:
+            raise InputError(f"{self.label()} with sums of up to {max_terms} products needs {bits} bits, more than "
+                             f"the {_INT64_SAFE_BITS} that int64 holds exactly; use a coarser step or a smaller range")
+
+    def smt_width(self, max_terms: int) -> int:
+        return self._raw_bound(max_terms).bit_length() + 5
+
+    def describe(self) -> dict:
+        step = self.step_value
+        out = {"format": "b2" if self.b2_of is not None else "grid", "step": float(step), "step_exact": str(step),
+               "range": [float(self.lo * step), float(self.hi * step)],
+               "range_exact": [str(self.lo * step), str(self.hi * step)], "codes": [self.lo, self.hi],
+               "code_count": self.hi - self.lo + 1, "bits": self.bits, "rounding": self.rounding,
+               "overflow": self.overflow, "accumulate": self.accumulate}
+        if self.b2_of is not None:
+            out.update(N=self.b2_of[0], Kc=self.b2_of[1], source=B2_SOURCE)
+        return out
+
+    def label(self) -> str:
+        return format_text(self.describe())
+
+
+def format_text(a: dict) -> str:
+    """The arithmetic of a verdict in words, from `describe()` (a verdict's JSON keeps that dict)."""
+    rules = f"rounding={a['rounding']} overflow={a['overflow']} accumulate={a['accumulate']}"
+    kind = a.get("format", "fx")
+    if kind == "fx":
+        return (f"FX(p={a['p']}, f={a['f']}) step 2^-{a['f']}, range [{a['range'][0]:g}, {a['range'][1]:g}]; "
+                + rules)
+    lo, hi = a["range_exact"]
+    b2 = kind == "b2"
+    codes = f"codes {a['codes'][0]}..{a['codes'][1]} ({a['code_count']:,} codes, {a['bits']} bits)"
+    grid = (f"step {'N^-Kc = ' if b2 else ''}{a['step_exact']}, range {'[-N^Kc, N^Kc] = ' if b2 else ''}"
+            f"[{lo}, {hi}], {codes}")
+    if b2:
+        return f"B.2 grid ({a['source']}) at N={a['N']}, Kc={a['Kc']}: {grid}; {rules}"
+    return f"grid {grid}; {rules}"
+
+
+def parse_format(spec: Optional[str]) -> tuple[str, object]:
+    """``fx`` -> ("fx", None); ``b2:KC`` -> ("b2", Kc); ``grid:STEP:MAX`` -> ("grid", (step, max))."""
+    text = "fx" if spec is None else str(spec).strip()
+    kind, _, rest = text.partition(":")
+    if text == "fx":
+        return "fx", None
+    if kind == "b2":
+        if not rest.isdigit() or int(rest) < 1 or len(rest) > 6:
+            raise InputError(f"--format {text}: b2:KC takes Bhattamishra et al.'s Kc, an integer >= 1 (e.g. b2:2)")
+        return "b2", int(rest)
+    if kind == "grid":
+        parts = rest.split(":")
+        try:
+            if len(parts) != 2 or any(len(x) > 64 for x in parts):
+                raise ValueError
+            step, top = Fraction(parts[0]), Fraction(parts[1])
+        except (ValueError, ZeroDivisionError):
+            raise InputError(f"--format {text}: grid:STEP:MAX takes two rational numbers (e.g. grid:1/144:144)") from None
+        return "grid", (step, top)
+    raise InputError(f"--format {text!r} is not a format: use {FORMAT_HELP}")
+
+
+def make_format(spec: Optional[str] = None, *, N: Optional[int] = None, p: Optional[int] = None,
+                f: Optional[int] = None, rounding: str = "floor", overflow: str = "saturate",
+                accumulate: str = "product") -> Fixed:
+    """The format a command line or a spec names (`FORMAT_HELP`); b2 is at the task's size N.
+    --p and --f belong to fx: with another format they are a conflict, refused here."""
+    kind, args = parse_format(spec)
+    rules = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
+    if kind == "fx":
+        if p is None:
+            raise InputError("--p is required with --format fx (the default); or give another --format: " + FORMAT_HELP)
+        return FixedPoint(p, f, **rules)
+    if p is not None or f is not None:
+        raise InputError(f"--p and --f set the bits of FX(p, f); --format {spec} is a grid of its own: give one or "
+                         f"the other")
+    if kind == "b2":
+        if N is None:
+            raise InputError(f"--format {spec} is at the task's size: give N")
+        return Grid.b2(N, args, **rules)
+    return Grid.symmetric(*args, **rules)
 
 
 @dataclass(frozen=True)
@@ -282,6 +610,9 @@ class Real:
         return Ctx(batch_shape, False, locate)
 
     def check_capacity(self, max_terms: int) -> None:
+        return None
+
+    def check_model(self, model) -> None:
         return None
 
     def to_real(self, x: np.ndarray) -> np.ndarray:
@@ -329,50 +660,55 @@ class Real:
         return e / Z
 
 
-Arithmetic = FixedPoint | Real
+Arithmetic = Fixed | Real
 
 
-def threshold_code(theta: float | Fraction, fx: FixedPoint) -> int:
-    """The integer c with  code > c  <=>  code 2^-f > theta  for every code of the format:
-    floor(theta 2^f) computed exactly, then clamped to lo - 1 .. hi (a readout code is always in
-    lo..hi), so that it is a constant of the format whatever theta is (2^29, 1e300)."""
-    return min(max(math.floor(Fraction(theta) * fx.one), fx.lo - 1), fx.hi)
+def threshold_code(theta: float | Fraction, fx: Fixed) -> int:
+    """`Fixed.threshold_code`: the code c with  code > c  <=>  code step > theta."""
+    return fx.threshold_code(theta)
+
+
+def exp_table(p: int, f: int, rounding: str) -> tuple[int, np.ndarray]:
+    """FX(p, f)'s exp table (`exp_codes` for step 2^-f)."""
+    return FixedPoint(p, f, rounding).exp_table()
 
 
 @functools.lru_cache(maxsize=64)
-def exp_table(p: int, f: int, rounding: str) -> tuple[int, np.ndarray]:
-    """Correctly rounded R(exp(d 2^-f)) for every code d in [dmin, 0]; below dmin it is 0.
+def exp_codes(num: int, den: int, lo: int, hi: int, rounding: str) -> tuple[int, np.ndarray]:
+    """Correctly rounded R(exp(d step)), step = num / den, for every code d in [dmin, 0]; below dmin
+    it is 0.
 
-    Ziv's strategy: float64 decides every entry whose scaled value lies farther than 2^(f-40)
-    from a rounding boundary (float64 exp is accurate to a few ulps, i.e. about 2^(f-52)); the
-    rest are decided by mpmath at increasing precision.  exp of a nonzero rational is
-    irrational, so it is never on a boundary and the loop ends.  Entries saturate at 2^(p-1)-1.
+    Ziv's strategy: float64 decides every entry whose scaled value lies farther than 2^-40 / step
+    from a rounding boundary (float64 computes exp(d step) / step to within about 2^-45 / step);
+    the rest are decided by mpmath at increasing precision.  exp of a nonzero rational is
+    irrational, so it is never on a boundary and the loop ends.  Entries saturate at hi.  A table
+    that does not fit in memory is refused before it is built.
     """
-    fx = FixedPoint(p, f, rounding)
-    one = float(fx.one)
-    # below exp(x) * 2^f < 1/2 every rounding mode gives 0
-    cutoff = math.floor(-(f + 1) * math.log(2) * one) - 2
-    dmin = max(fx.lo, cutoff)
+    ratio = den / num  # 1 / step
+    # below exp(x) / step < 1/2 every rounding mode gives 0
+    cutoff = math.floor(-math.log2(2 * ratio) * math.log(2) * ratio) - 2
+    dmin = max(lo, cutoff)
+    require_memory(8 * 8.0 * (1 - dmin), f"the exp table of step {Fraction(num, den)} ({1 - dmin:,} entries)")
     d = np.arange(dmin, 1, dtype=np.int64)
-    y = np.exp(d / one) * one
+    y = np.exp(d * (num / den)) * ratio
     offset = 0.5 if rounding == "nearest" else 0.0
     codes = np.floor(y + offset)
     dist = np.abs(y + offset - np.rint(y + offset))
-    tol = 2.0 ** (f - 40)
+    tol = ratio * 2.0 ** -40
     for i in np.nonzero((dist < tol) & (d != 0))[0]:
-        codes[i] = _exp_code_mpmath(int(d[i]), f, offset)
-    codes[d == 0] = fx.one
-    return dmin, np.minimum(codes.astype(np.int64), fx.hi)
+        codes[i] = _exp_code_mpmath(int(d[i]), num, den, offset)
+    codes[d == 0] = _round(Fraction(den, num), rounding)
+    return dmin, np.minimum(codes.astype(np.int64), hi)
 
 
-def _exp_code_mpmath(d: int, f: int, offset: float) -> int:
+def _exp_code_mpmath(d: int, num: int, den: int, offset: float) -> int:
     prec = 128
     while True:
         with mpmath.workprec(prec):
-            y = mpmath.exp(mpmath.mpf(d) / (1 << f)) * (1 << f) + offset
+            y = mpmath.exp(mpmath.mpf(d * num) / den) * den / num + offset
             fl = mpmath.floor(y)
             frac = y - fl
-            eps = mpmath.mpf(2) ** (f + 8 - prec)
+            eps = mpmath.mpf(den) / num * mpmath.mpf(2) ** (8 - prec)
             if eps < frac < 1 - eps:
                 return int(fl)
         prec *= 2

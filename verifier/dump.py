@@ -21,7 +21,8 @@ from .result import Counterexample, Result, finite_or_none
 
 HOW_TO_READ = (
     "trace: the forward pass of this input, in evaluation order. For each intermediate: 'codes' are "
-    "the FX integer codes, 'values' = codes * 2^-f, 'real' = the same quantity in the unquantized "
+    "the integer codes of the format (FX: FX(p, f); otherwise the grid of 'arithmetic'), 'values' = codes * "
+    "step (arithmetic.step; 2^-f in FX), 'real' = the same quantity in the unquantized "
     "model computed in float64. Names: embed (token + position), L<l>.H<h>.q/k/v (query, key, value "
     "rows; the last layer's query only at the last position unless the readout reads every position), "
     ".logits <q,k>, .max (M), .exp (R(exp(s - M))), .Z (sum of exp, exact), .attn (R(e/Z)), .out (head "
@@ -30,9 +31,9 @@ HOW_TO_READ = (
     "(the state after each step). 'position' in the counterexample is the first position that fails. "
     "counterexample.saturated_at: every intermediate where a value left the range and was clamped "
     "(under either overflow rule; overflow_at lists those that fail the input under overflow = error). "
-    "first_departure: the first intermediate where FX is more than one step 2^-f from the real value (more "
-    "than one rounding explains), with the element and the gap in steps. quantized_weights: the weight "
-    "codes the run used (value = code * 2^-f), under the model file's names.")
+    "first_departure: the first intermediate where the format's value is more than one step from the real "
+    "value (more than one rounding explains), with the element and the gap in steps. quantized_weights: the "
+    "weight codes the run used (value = code * step), under the model file's names.")
 
 
 def _list(a):
@@ -44,11 +45,12 @@ def trace_json(table: dict) -> dict:
                    "real": _list(v["real"])} for name, v in table.items()}
 
 
-def first_departure(table: dict, f: int) -> Optional[dict]:
-    """The first intermediate, in evaluation order, where the FX value is more than one step 2^-f
-    from the real one (more than a single rounding explains), or the real value is not finite:
-    its name, the element, both values and the gap in steps.  None when FX follows throughout."""
-    step = 2.0 ** -f
+def first_departure(table: dict, f: Optional[int] = None, step: Optional[float] = None) -> Optional[dict]:
+    """The first intermediate, in evaluation order, where the value in the format (FX: of fractional
+    bits f; another grid: of step `step`) is more than one step from the real one (more than a single
+    rounding explains), or the real value is not finite: its name, the element, both values and the
+    gap in steps.  None when the format follows throughout."""
+    step = 2.0 ** -f if step is None else float(step)
     for name, v in table.items():
         if v["real"] is None:
             continue
@@ -64,11 +66,10 @@ def first_departure(table: dict, f: int) -> Optional[dict]:
 
 
 def counterexample_document(result: Result, cex: Counterexample) -> dict:
-    f = result.arithmetic["f"]
     return {"verdict": result.verdict, "task": result.task, "construction": result.construction,
             "params": result.params, "arithmetic": result.arithmetic, "engine": result.engine,
             "provenance": result.provenance,
-            "counterexample": cex.to_json(), "first_departure": first_departure(cex.trace, f),
+            "counterexample": cex.to_json(), "first_departure": first_departure(cex.trace, step=result.arithmetic["step"]),
             "how_to_read": HOW_TO_READ, "trace": trace_json(cex.trace),
             "quantized_weights": {name: {"shape": list(np.shape(c)), "codes": _list(c)}
                                   for name, c in result.quantized.items()}}
@@ -97,7 +98,7 @@ def write_dumps(result: Result, directory: str | Path, extra: dict | None = None
     variant = result.params.get("variant")
     task = result.task
     size = task.get("N", task.get("k", task.get("length", "")))  # the tasks of Chen and Zou name N after the paper
-    stem = f"{task['name']}{'-' + variant if variant else ''}-N{size}-p{result.arithmetic['p']}"
+    stem = f"{task['name']}{'-' + variant if variant else ''}-N{size}-{format_tag(result.arithmetic)}"
     for cex in result.counterexamples:
         text = json.dumps(counterexample_document(result, cex) | (extra or {}), indent=1)
         path = directory / f"{stem}-cex{cex.index}.json"
@@ -110,6 +111,16 @@ def write_dumps(result: Result, directory: str | Path, extra: dict | None = None
             fh.write(text)
         written.append(path)
     return written
+
+
+def format_tag(a: dict) -> str:
+    """The format in a file name: p12 (FX), b2-Kc2, grid-1_144-144."""
+    kind = a.get("format", "fx")
+    if kind == "fx":
+        return f"p{a['p']}"
+    if kind == "b2":
+        return f"b2-Kc{a['Kc']}"
+    return f"grid-{a['step_exact']}-{a['range_exact'][1]}".replace("/", "_")
 
 
 def format_trace(table: dict) -> str:

@@ -11,8 +11,8 @@ something saturated; for a readout at every position, a failure at any position.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import z3
@@ -66,7 +66,7 @@ class Encoding:
         n = 1 if var is None else len(self.case.domains[var])
         y = np.array([np.broadcast_to(s.table, (n,)) for s in self.scores]).T  # (n, C) codes
         truth = np.broadcast_to(self.truth.table, (n,))
-        theta = float(self.readout.theta) * float(self.sfx.fx.one)  # margins are reported, never decide
+        theta = float(Fraction(self.readout.theta) / self.sfx.fx.step)  # margins are reported, never decide
         return readout_margins(y, truth, self.readout.kind, theta), var
 
     def holds_at(self, tokens) -> bool:
@@ -97,11 +97,12 @@ def bit_width(ev: Evaluator | RecurrentEvaluator) -> int:
     """Bit-vector width that holds every intermediate before rounding or saturation, and every
     constant of the specification (docs/smt-encoding.md, "Widths").
 
-    Forward pass: a sum of T products of p-bit codes plus a shifted bias is below (T + 2) 2^(2p-2),
-    so 2p - 1 + ceil(log2(T + 2)) bits hold it; 3 more are slack.  Specification: a count is below T
+    Forward pass: the format's `smt_width` for sums of T products (FX: a sum of T products of p-bit
+    codes plus a shifted bias is below (T + 2) 2^(2p-2), so 2p - 1 + ceil(log2(T + 2)) bits hold
+    it, with slack; another grid: the bit length of its largest raw sum, with slack).  Specification: a count is below T
     (T counts the positions too), a class index needs bit_length(C) + 1 bits, and a threshold
     readout's answer is a pattern of C bits.  `SymFX.num` refuses any constant that still does not fit."""
-    forward = 2 * ev.arith.p + math.ceil(math.log2(ev.q.widest_sum() + 2)) + 4
+    forward = ev.arith.smt_width(ev.q.widest_sum())
     C = ev.q.readout.W_U.shape[0]
     answer = C + 2 if ev.q.readout.kind == "threshold" else C.bit_length() + 2
     return max(forward, answer)
@@ -142,11 +143,14 @@ class _Maps:
         pairs = [(x, y) for x, y in zip(a, b) if not ((x.is_const and x.value() == 0) or (y.is_const and y.value() == 0))]
         a, b = [x for x, _ in pairs], [y for _, y in pairs]
         if fx.accumulate == "product":
-            terms = [S.sat(S.round_shift(S.mul(x, y), fx.f)) for x, y in zip(a, b)]
+            terms = [S.sat(S.rescale(S.mul(x, y))) for x, y in zip(a, b)]
             s = S.total(terms + ([S.const(bias)] if bias is not None else []))
         else:
-            s = S.total([S.mul(x, y) for x, y in zip(a, b)] + ([S.const(bias << fx.f)] if bias is not None else []))
-            s = S.round_shift(s, fx.f)
+            # R(step (sum of products) + bias) = R((num sum + den bias) / den)
+            prods = [S.mul(x, y) for x, y in zip(a, b)]
+            shifted = [S.const(fx.times_den(bias))] if bias is not None else []
+            s = S.total(prods + shifted) if fx.num == 1 else S.total([S.scale_num(S.total(prods))] + shifted)
+            s = S.round_den(s)
         return S.sat(s)
 
     def add(self, x, y):
@@ -290,15 +294,15 @@ def _bit(e, i: int):
 
 
 def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:
-    """fixed-point.md softmax: d = sat(s - M), e = R(exp d), Z exact, a = R(e / Z)."""
+    """docs/arithmetic.md softmax: d = sat(s - M), e = R(exp d), Z exact, a = R(e / Z)."""
     fx = S.fx
     M = s[0]
     for x in s[1:]:
         M = S.maximum(M, x)
     d = [S.sat(S.sub(x, M)) for x in s]  # only the lower bound can bite: s - M <= 0
     e = [S.exp(x) for x in d]
-    if fx.overflow == "error" and fx.one > fx.hi:
+    if fx.overflow == "error" and fx.exp0_saturates:
         for x in d:  # exp(0) = 1 is not representable
             S.note(S.lift1(x, lambda a: a == 0, lambda z: z == 0))
     Z = S.total(e)
-    return [S.sat(S.round_div(S.shl(x, fx.f), Z)) for x in e]
+    return [S.sat(S.round_div(S.times_den(x), S.scale_num(Z))) for x in e]

@@ -1,4 +1,4 @@
-"""The evaluator: a batched forward pass of a `Model` in one arithmetic (FX or real).
+"""The evaluator: a batched forward pass of a `Model` in one arithmetic (a fixed-point format or real).
 
 One pass, written once against the arithmetic interface of `verifier.arithmetic`:
 
@@ -30,7 +30,7 @@ from typing import Optional
 
 import numpy as np
 
-from .arithmetic import Arithmetic, Ctx, FixedPoint, Real, Recorder
+from .arithmetic import Arithmetic, Ctx, Fixed, Real, Recorder
 from .budget import require_memory
 from .errors import InputError
 from .model import Model, Recurrent
@@ -130,7 +130,7 @@ class _Reader:
         """Set `q`, the quantized model; note the saturated parameters and the quantization error."""
         self.model = model
         self.arith = arith
-        arith.check_capacity(model.widest_sum())
+        arith.check_model(model)
         self.saturated_params: list[str] = []
         self.quant_error = 0.0
         use = SaturatedUse(np.zeros(len(model.vocab), bool), np.zeros(positions, bool))
@@ -146,7 +146,7 @@ class _Reader:
 
         require_memory(2 * 8 * model.n_params(), "the quantized model")
         self.q = model.map_arrays(quantize)
-        tracked = isinstance(arith, FixedPoint) and arith.overflow == "error" and bool(self.saturated_params)
+        tracked = isinstance(arith, Fixed) and arith.overflow == "error" and bool(self.saturated_params)
         self.saturated_use = use if tracked else None
 
     def _start(self, tokens: np.ndarray, locate: bool, P_mask: np.ndarray) -> tuple[np.ndarray, Ctx]:
@@ -375,7 +375,7 @@ class Evaluator(_Reader):
         return y
 
 class RecurrentEvaluator(_Reader):
-    """The FX forward pass of a `Recurrent` model, one step at a time, vectorised over the batch:
+    """The forward pass of a `Recurrent` model, one step at a time, vectorised over the batch:
     a = sat(R(W h) + b), then h = ReLU(sat(a + U[x_t])) (docs/arithmetic.md, "Recurrent models")."""
 
     tables = None  # no layer-0 tables: every step reads the previous state

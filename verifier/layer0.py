@@ -5,7 +5,7 @@ reads: ``W x0`` with ``x0 = sat(E[t] + P_mask[t] P[i])`` reads the columns where
 so two pairs whose embeddings agree on those columns have the same image.  `ClassTable` groups
 the pairs into classes (tokens by their embedding on the columns read and their P_mask, positions
 by their position vector on those columns), computes each class's image once with the
-evaluator's own FixedPoint code, and keeps a (position, token) -> class table.  For index lookup
+evaluator's own fixed-point code, and keeps a (position, token) -> class table.  For index lookup
 at N = 1024 the query map has 1025 classes and the key map 1026, where the pairs number 1.1
 million; the logits of every (query class, key class) pair are then one exact matrix product
 (`score_table`), not a dot product per input.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Optional
 import numpy as np
 
-from .arithmetic import FixedPoint
+from .arithmetic import Fixed
 from .budget import require_memory
 
 _EXACT_FLOAT = 1 << 53  # integers below this are exact in float64, and so are their sums
@@ -43,7 +43,7 @@ class ClassTable:
         return len(self.values)
 
 
-def class_table(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray,
+def class_table(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray,
                 b: Optional[np.ndarray] = None) -> ClassTable:
     """The classes of ``W x0 + b`` over (position, token) pairs, from the quantized embedding E, P."""
     L, V = P.shape[0], E.shape[0]
@@ -63,7 +63,7 @@ def class_table(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray
     return ClassTable(rid.reshape(L, V).astype(np.int64), values, ctx.ovf.copy())
 
 
-def embedding_overflow(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
+def embedding_overflow(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
     """(L_max, V) bool: does sat(E[t] + P[i]) clamp some coordinate of the pair (i, t)?"""
     L, V = P.shape[0], E.shape[0]
     out = np.zeros((L, V), dtype=bool)
@@ -76,7 +76,7 @@ def embedding_overflow(fx: FixedPoint, E: np.ndarray, P: np.ndarray, P_mask: np.
     return out
 
 
-def _lin_chunked(fx: FixedPoint, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx) -> np.ndarray:
+def _lin_chunked(fx: Fixed, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx) -> np.ndarray:
     """fx.lin on row chunks, each temporary (rows x out x in) below _CHUNK elements."""
     rows = max(1, _CHUNK // max(W.size, 1))
     out = np.empty((len(x), W.shape[0]), dtype=np.int64)
@@ -87,13 +87,14 @@ def _lin_chunked(fx: FixedPoint, W: np.ndarray, x: np.ndarray, b: Optional[np.nd
     return out
 
 
-def score_table(fx: FixedPoint, Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every logit <q, k> of the rows of Q (nq, m) against the rows of K (nk, m), by the linear
     rule, and where computing it saturated: (nq, nk) codes and flags.
 
     Product accumulation rounds every product, so a plain matrix product is not the rule; but a
-    column c whose key codes are all multiples of 2^f has exact products q_c (k_c / 2^f), which
-    never round, and which cannot saturate when |q_c| |k_c / 2^f| <= hi.  Those columns are one
+    column c whose key codes times the step are all integers (k_c num / den, for FX multiples of
+    2^f) has exact products q_c (k_c num / den), which never round, and which cannot saturate when
+    |q_c| |k_c num / den| <= hi.  Those columns are one
     float64 matrix product (exact: every partial sum stays below 2^53); columns with few distinct
     key codes go through indicators (`_by_indicators`); the rest are summed product by product.  Wide accumulation is one exact matrix product when its sums fit
     2^53, and product by product otherwise."""
@@ -103,10 +104,11 @@ def score_table(fx: FixedPoint, Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarra
     qmax, kmax = np.abs(Q).max(0, initial=0), np.abs(K).max(0, initial=0)
     ovf = np.zeros((nq, nk), dtype=bool)
     if fx.accumulate == "product":
-        whole = np.all(K % fx.one == 0, axis=0) & (qmax * (kmax >> fx.f) <= fx.hi)
+        scaled = fx.scale_num(K)
+        whole = np.all(scaled % fx.den == 0, axis=0) & (qmax * (fx.scale_num(kmax) // fx.den) <= fx.hi)
         exact = np.flatnonzero(whole & (m * fx.hi < _EXACT_FLOAT))
         rest = np.setdiff1d(np.arange(m), exact)
-        s = np.rint(Q[:, exact].astype(np.float64) @ (K[:, exact] >> fx.f).T.astype(np.float64)).astype(np.int64)
+        s = np.rint(Q[:, exact].astype(np.float64) @ (scaled[:, exact] // fx.den).T.astype(np.float64)).astype(np.int64)
         few = [c for c in rest if len(np.unique(K[:, c])) <= _FEW_VALUES]
         if few and m * fx.hi < _EXACT_FLOAT:
             s += _by_indicators(fx, Q[:, few], K[:, few], ovf)
@@ -118,10 +120,10 @@ def score_table(fx: FixedPoint, Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarra
         raw = np.rint(Q.astype(np.float64) @ K.T.astype(np.float64)).astype(np.int64)
     else:
         raw = _direct(fx, Q, K, ovf, rounded=False)
-    return _saturate(fx, fx.round_shift(raw, fx.f), ovf)
+    return _saturate(fx, fx.round_den(fx.scale_num(raw)), ovf)
 
 
-def _by_indicators(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray) -> np.ndarray:
+def _by_indicators(fx: Fixed, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray) -> np.ndarray:
     """Product-accumulated sums over columns whose key codes take few values u: R(q_c u), rounded
     and saturated once per (query row, column, value), summed against the indicator [k_c = u] by
     one float64 matrix product (exact: the partial sums stay below 2^53)."""
@@ -130,7 +132,7 @@ def _by_indicators(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray
         for u in np.unique(K[:, c]):
             if u == 0:  # R(q 0) = 0
                 continue
-            r = fx.round_shift(Q[:, c] * u, fx.f)
+            r = fx.rescale(Q[:, c] * u)
             t = np.minimum(np.maximum(r, fx.lo), fx.hi)
             hit = K[:, c] == u
             ovf |= (t != r)[:, None] & hit[None, :]
@@ -143,7 +145,7 @@ def _by_indicators(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray
     return np.rint(T @ M.T).astype(np.int64)
 
 
-def _direct(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, rounded: bool) -> np.ndarray:
+def _direct(fx: Fixed, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, rounded: bool) -> np.ndarray:
     """Sums over the columns of Q x K products in query-row chunks: rounded and saturated one by
     one (product accumulation, flags into ovf), or exact."""
     nq, nk, m = len(Q), len(K), Q.shape[1]
@@ -152,7 +154,7 @@ def _direct(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, round
     for a in range(0, nq, rows):
         prod = Q[a:a + rows, None, :] * K[None, :, :]
         if rounded:
-            r = fx.round_shift(prod, fx.f)
+            r = fx.rescale(prod)
             t = np.minimum(np.maximum(r, fx.lo), fx.hi)
             ovf[a:a + rows] |= (t != r).any(-1)
             prod = t
@@ -160,6 +162,6 @@ def _direct(fx: FixedPoint, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, round
     return out
 
 
-def _saturate(fx: FixedPoint, s: np.ndarray, ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _saturate(fx: Fixed, s: np.ndarray, ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     t = np.minimum(np.maximum(s, fx.lo), fx.hi)
     return t, ovf | (t != s)

@@ -35,6 +35,7 @@ from typing import Optional
 import numpy as np
 
 from .api import describe_problem, replay, run
+from .arithmetic import format_text
 from .budget import Deadline
 from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random_seeds
 from .engines import Found, Problem
@@ -93,8 +94,8 @@ class Refutation:
         a = self.arithmetic
         lines = [f"{self.verdict.upper()} by {self.method}: {self.model.get('construction', 'user model')} on "
                  f"{self.task['name']} " + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs")),
-                 f"  arithmetic  FX(p={a['p']}, f={a['f']}) rounding={a['rounding']} overflow={a['overflow']} "
-                 f"accumulate={a['accumulate']}"]
+                 "  arithmetic  " + (f"FX(p={a['p']}, f={a['f']}) rounding={a['rounding']} overflow={a['overflow']} "
+                                     f"accumulate={a['accumulate']}" if "p" in a else format_text(a))]
         for c in self.counterexamples:
             lines.append(f"  counterexample #{c.index}: {c.input} -> {c.claim} "
                          f"({c.reason}, margin {c.margin:g})")
@@ -237,8 +238,9 @@ MAX_SCANNED = 4096  # Bob parts tried for a collision that its separator does no
 
 
 def theorem4_bits(problem: Problem) -> dict:
-    """The bits of Theorem 4's protocol for this model: as printed, and as its steps add up."""
-    layer, p, N = problem.model.layers[0], problem.arith.p, problem.task.max_len
+    """The bits of Theorem 4's protocol for this model: as printed, and as its steps add up (p: the
+    bits of a code of the format)."""
+    layer, p, N = problem.model.layers[0], problem.arith.bits, problem.task.max_len
     H, m, mv, lg = len(layer.heads), layer.heads[0].W_Q.shape[0], layer.heads[0].W_V.shape[0], math.ceil(math.log2(N))
     return {"printed": 3 * m * (p + lg) * H, "steps": H * (2 * p + 2 * (p + lg) + mv * (2 * p + lg))}
 

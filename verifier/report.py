@@ -69,8 +69,8 @@ def _badge(verdict: str) -> str:
 
 
 def _arithmetic(a: dict) -> str:
-    keys = ["p", "f", "rounding", "overflow", "accumulate", "step", "range", "quantization_error",
-            "saturated_parameters"]
+    keys = ["format", "source", "N", "Kc", "p", "f", "step", "step_exact", "range", "range_exact", "codes",
+            "code_count", "bits", "rounding", "overflow", "accumulate", "quantization_error", "saturated_parameters"]
     return _table([(_e(k), f'<span class="num">{_e(a[k])}</span>') for k in keys if k in a])
 
 
@@ -138,7 +138,7 @@ def _trace(trace: dict, departure: Optional[dict]) -> str:
             rows.append(f"<tr{attrs}><td>{_e(name)}{f' [{i}]' if len(fx) > 1 else ''}</td>"
                         f'<td class="num">{_e(_fmt_row(r.tolist()))}</td><td class="num">{_e(real_row)}</td></tr>')
     head = "<tr><th>intermediate</th><th>FX value</th><th>real (float64, unquantized)</th></tr>"
-    where = ("<p>First departure (FX more than one step 2<sup>-f</sup> from the real value): "
+    where = ("<p>First departure (FX more than one step of the grid from the real value): "
              f"<b>{_e(departure['name'])}</b> element {_e(departure['element'])}: FX {_e(departure['fx'])}, "
              f"real {_e(departure['real'])}, {_e(round(departure['gap_steps'] or 0, 2))} steps apart "
              f'(<a href="#first-departure">marked below</a>).</p>' if departure else
@@ -172,8 +172,8 @@ def _weights(weights: dict) -> str:
         return ""
     rows = [(_e(name), _e(w["shape"]), f'<span class="num">{_e(json.dumps(w["codes"]))}</span>')
             for name, w in weights.items()]
-    return ("<h2>Quantized weights</h2><details><summary>the codes the run used (value = code &times; "
-            "2<sup>-f</sup>)</summary>" + _table(rows, ("weight", "shape", "codes")) + "</details>")
+    return ("<h2>Quantized weights</h2><details><summary>the codes the run used (value = code &times; the "
+            "step: 2<sup>-f</sup> in FX)</summary>" + _table(rows, ("weight", "shape", "codes")) + "</details>")
 
 
 def _frontier_figure(doc: dict) -> str:
@@ -216,8 +216,8 @@ def render(kind: str, doc: dict, source: str = "") -> str:
             if cexs:
                 body += _counterexample(cexs[0])
             if doc.get("trace"):
-                f = doc["arithmetic"]["f"]
-                body += _trace(doc["trace"], first_departure(doc["trace"], f)) + _attention(doc["trace"])
+                step = doc["arithmetic"]["step"]
+                body += _trace(doc["trace"], first_departure(doc["trace"], step=step)) + _attention(doc["trace"])
         else:
             body += "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"])
             body += f"<p>engine {_e(doc.get('engine', '?'))}</p>" + _counterexample(doc["counterexample"])

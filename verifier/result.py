@@ -9,6 +9,8 @@ from typing import Optional
 
 import numpy as np
 
+from .arithmetic import format_text
+
 EXIT_CODES = {"proved": 0, "refuted": 1, "unknown": 3}
 
 
@@ -103,9 +105,7 @@ class Result:
         lines = [f"{self.verdict.upper()}: {self.construction.get('construction', '?')}"
                  + (f" ({theorem})" if theorem else "") + f" on {self.task['name']} "
                  + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs", "answers_sha256"))]
-        lines.append(f"  arithmetic  FX(p={a['p']}, f={a['f']}) step 2^-{a['f']}, range "
-                     f"[{a['range'][0]:g}, {a['range'][1]:g}]; rounding={a['rounding']} overflow={a['overflow']} "
-                     f"accumulate={a['accumulate']}; quantization error <= {a['quantization_error']:.3g}"
+        lines.append(f"  arithmetic  {format_text(a)}; quantization error <= {a['quantization_error']:.3g}"
                      + (f"; saturated parameters: {', '.join(a['saturated_parameters'])}"
                         if a.get("saturated_parameters") else ""))
         lines.append("  params      " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params.items()))

@@ -7,6 +7,7 @@ A spec file holds one obligation as top-level keys:
     construction = "index_lookup"  # the built-in construction, or: model = "path/to/model.npz"
     N = 16
     p = 12                         # and optionally f, rounding, overflow, accumulate
+    format = "b2:2"                # instead of p and f: another number format (docs/arithmetic.md)
     sigma = 2                      # the task's options (sigma, s, instance, dim, gamma, ...)
     variant = "paper"              # optional construction parameters: variant, k, eta, seed
     engine = "auto"
@@ -28,7 +29,7 @@ from typing import Optional
 from .api import build_problem
 from .cache import Cache, option_files
 from .cluster import Cluster, Job
-from .arithmetic import ACCUMULATES, OVERFLOWS, ROUNDINGS
+from .arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, parse_format
 from .constructions import CONSTRUCTIONS
 from .engines import ENGINES
 from .errors import InputError, InternalError
@@ -39,7 +40,8 @@ from .tasks import ALIASES, TASKS, canonical, task_options
 from .tasks.base import split_path
 
 TASK_OPTION_KEYS = {o.name for t in TASKS.values() for o in t.OPTIONS}
-PROBLEM_KEYS = {"N", "p", "f", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"} | TASK_OPTION_KEYS
+PROBLEM_KEYS = {"N", "p", "f", "format", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"} | \
+    TASK_OPTION_KEYS
 VERDICTS = ("proved", "refuted", "unknown")
 PROFILES = ("ci", "full")
 _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
@@ -56,7 +58,7 @@ def spec_schema() -> dict:
         "title": "a verify proof obligation (specs/*.toml)",
         "type": "object",
         "additionalProperties": False,
-        "required": ["task", "N", "p", "expect"],
+        "required": ["task", "N", "expect"],
         "properties": {
             "description": {"type": "string"},
             "task": {"type": "string", "enum": sorted([*TASKS, *ALIASES])},
@@ -68,6 +70,7 @@ def spec_schema() -> dict:
             "profiles": {"type": "array", "minItems": 1, "uniqueItems": True,
                          "items": {"type": "string", "enum": list(PROFILES)}},
             "N": {"type": "integer", "minimum": 1},
+            "format": {"type": "string", "description": f"the number format: {FORMAT_HELP}; fx needs p"},
             "p": {"type": "integer", "minimum": 2, "maximum": 31},
             "f": {"type": "integer", "minimum": 0, "maximum": 31},
             "rounding": {"type": "string", "enum": list(ROUNDINGS)},
@@ -128,6 +131,15 @@ def load_spec(path: Path) -> Spec:
         raise InputError(f"{source} is not valid TOML ({exc})") from None
     validate(data, spec_schema(), source)
     task = canonical(data["task"])
+    try:
+        kind = parse_format(data.get("format"))[0]
+    except InputError as exc:
+        raise InputError(f"{source}: format: {exc}") from None
+    if kind == "fx" and "p" not in data:
+        raise InputError(f"{source}: missing key 'p' (format fx, the default, needs it)")
+    if kind != "fx" and ("p" in data or "f" in data):
+        raise InputError(f"{source}: p and f set the bits of FX(p, f); format {data['format']!r} is a grid of its own: "
+                         f"give one or the other")
     foreign = sorted(set(data) & TASK_OPTION_KEYS - {o.name for o in task_options(task)})
     if foreign:
         known = ", ".join(o.name for o in task_options(task)) or "none"
@@ -167,7 +179,10 @@ def load_specs(paths: list[str | Path]) -> list[Spec]:
 
 
 def _build(spec: Spec):
-    return build_problem(spec.task, model=load_model(spec.model) if spec.model else None, **spec.problem)
+    problem = dict(spec.problem)
+    if "format" in problem:
+        problem["arith"] = problem.pop("format")
+    return build_problem(spec.task, model=load_model(spec.model) if spec.model else None, **problem)
 
 
 def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str] = None,

@@ -1,4 +1,4 @@
-"""Symbolic FX values for the SMT engine (docs/smt-encoding.md).
+"""Symbolic fixed-point values for the SMT engine (docs/smt-encoding.md).
 
 A `Sym` is one of three things, and operations keep it in the cheapest form that is exact:
 
@@ -8,10 +8,11 @@ A `Sym` is one of three things, and operations keep it in the cheapest form that
   default) or mathematical integers (``theory = "int"``, linear integer arithmetic, non-linear
   only where two symbolic values are multiplied or divided).
 
-Constants and lookups are computed with the very `FixedPoint` operations the evaluator uses
+Constants and lookups are computed with the very `Fixed` operations the evaluator uses
 (partial evaluation: an operation on lookups of the same token is a table operation); only when
 two different tokens meet does a value become a z3 term, whose operations are the bit-vector
-transcription of fixed-point.md: arithmetic shifts for rounding, `If` for saturation, signed
+transcription of docs/arithmetic.md: arithmetic shifts for rounding on a binary grid (FX), a
+division by the constant den with floor rounding on any other grid, `If` for saturation, signed
 division and remainder for R(e / Z), and a monotone step function for the exp table.
 """
 
@@ -22,7 +23,7 @@ from typing import Callable, Optional
 import numpy as np
 import z3
 
-from .arithmetic import FixedPoint, exp_table
+from .arithmetic import Fixed
 from .errors import InternalError
 
 
@@ -47,9 +48,10 @@ class Sym:
 
 
 class SymFX:
-    """FX operations on `Sym` values for one case split (one input length, given token domains)."""
+    """Fixed-point operations on `Sym` values for one case split (one input length, given token
+    domains), in the format `fx`."""
 
-    def __init__(self, fx: FixedPoint, domains: list[np.ndarray], width: int, theory: str = "bv"):
+    def __init__(self, fx: Fixed, domains: list[np.ndarray], width: int, theory: str = "bv"):
         self.fx = fx
         self.domains = [np.asarray(d, dtype=np.int64) for d in domains]
         self.width = width
@@ -240,6 +242,24 @@ class SymFX:
         half = c(1 << (s - 1))
         return q + self._one_if(z3.Or(r > half, z3.And(r == half, (q & c(1)) == c(1))), x)
 
+    def scale_num(self, a: Sym) -> Sym:
+        """a num (`Fixed.scale_num`)."""
+        return a if self.fx.num == 1 else self.mul(a, self.const(self.fx.num))
+
+    def times_den(self, a: Sym) -> Sym:
+        """a den (`Fixed.times_den`): a shift on a binary grid."""
+        fx = self.fx
+        return self.shl(a, fx.shift) if fx.shift is not None else self.mul(a, self.const(fx.den))
+
+    def round_den(self, a: Sym) -> Sym:
+        """R(a / den) (`Fixed.round_den`): a rounding shift on a binary grid, else a division by a constant."""
+        fx = self.fx
+        return self.round_shift(a, fx.shift) if fx.shift is not None else self.round_div(a, self.const(fx.den))
+
+    def rescale(self, a: Sym) -> Sym:
+        """The code R(a step) of a product of codes a (`Fixed.rescale`)."""
+        return self.round_den(self.scale_num(a))
+
     def round_div(self, num: Sym, den: Sym) -> Sym:
         """R-rounding of num / den for den > 0: signed division and remainder, exact."""
         fx = self.fx
@@ -288,8 +308,8 @@ class SymFX:
             self.overflows.append(condition)
 
     def exp(self, d: Sym) -> Sym:
-        """R(exp(d 2^-f)) for d <= 0, from the correctly rounded table (`exp_table`)."""
-        dmin, table = exp_table(self.fx.p, self.fx.f, self.fx.rounding)
+        """R(exp(d step)) for d <= 0, from the correctly rounded table (`Fixed.exp_table`)."""
+        dmin, table = self.fx.exp_table()
         return self.lift1(d, lambda t: table[np.maximum(t, dmin) - dmin], lambda x: self._z_exp(x, dmin, table))
 
     def _z_exp(self, x, dmin: int, table: np.ndarray):

@@ -1,5 +1,5 @@
 """Finite-precision impossibility by bounded synthesis: does **any** 1-layer model of a given shape,
-every weight a p-bit code, get every member of a certificate right?
+every weight a code of the format (p-bit for FX), get every member of a certificate right?
 
 The impossibility theorems of Chen and Zou 2024 (arXiv:2404.01601, Theorems 2 and 4) are about
 exact arithmetic.  In FX the identity sum_i lambda_i h_i = 0 can break (every product is rounded,
@@ -12,8 +12,8 @@ certificate.  z3 decides it for a family of models:
 * the heads' average written into m fresh rows of the residual stream (W_O the injection: the value
   maps W_V have m rows, so every rank-m value map of the paper's form is covered up to this fixed
   W_O), a residual connection, and a linear readout W_U h + b_U;
-* every weight (W_Q, W_K, W_V, W_U, b_U) is a p-bit code; every operation is the FX of
-  docs/arithmetic.md (product accumulation, the run's rounding, saturation; under
+* every weight (W_Q, W_K, W_V, W_U, b_U) is a code of the format; every operation is the
+  fixed-point arithmetic of docs/arithmetic.md (product accumulation, the run's rounding, saturation; under
   overflow = error a member counts as right only if nothing it computes saturates).
 
 UNSAT: no model of the family gets every member right -- the theorem holds at that precision and
@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Optional
 
 import numpy as np
 import z3
 
-from .arithmetic import FixedPoint
+from .arithmetic import Fixed, FixedPoint
 from .certificates import Certificate
 from .encoding import Sym
 from .errors import InputError, InternalError
@@ -59,7 +60,8 @@ def family_model(task, heads: int, width: int, weights: dict) -> Model:
     E[:, :V] = np.eye(V)
     P = np.zeros((n, d))
     P[:, V:V + n] = np.eye(n)
-    hs = [Head(*(np.pad(weights[f"{key}{h}"], ((0, 0), (0, width))) for key in ("Q", "K", "V"))) for h in range(heads)]
+    hs = [Head(*(np.pad(weights[f"{key}{h}"], ((0, 0), (0, width)), constant_values=Fraction(0))  # exact weights stay exact
+                 for key in ("Q", "K", "V"))) for h in range(heads)]
     W_O = np.zeros((d, width))
     W_O[V + n:, :] = np.eye(width)
     W_U = np.pad(weights["U"], ((0, 0), (0, 0)))
@@ -68,14 +70,14 @@ def family_model(task, heads: int, width: int, weights: dict) -> Model:
                  vocab=list(task.vocab), info={"construction": "synthesized", "heads": heads, "width": width})
 
 
-def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
+def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
                timeout: Optional[float] = None) -> Synthesis:
     """Is there a model of the family (see the module) that gets every member of `cert` right?"""
     t0 = time.monotonic()
     V, n, C = len(task.vocab), task.max_len, task.num_classes
     d = V + n  # the input rows; the heads write into `width` more
     terms = d * heads * 3 * width + 2 * n * width + C * (d + width)
-    S = SymFX(fx, [np.array([0])], width=2 * fx.p + int(np.ceil(np.log2(terms + 2))) + 4)
+    S = SymFX(fx, [np.array([0])], width=fx.smt_width(terms))
     variables = {}
 
     def code(name: str) -> Sym:
@@ -95,9 +97,10 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
     def dot(xs: list[Sym], ys: list[Sym], bias: Optional[Sym] = None) -> Sym:
         """The linear rule (product accumulation): each product rounded and saturated, one saturation
         of the sum with the bias."""
-        terms = [S.sat(S.round_shift(S.mul(x, y), fx.f)) for x, y in zip(xs, ys)]
+        terms = [S.sat(S.rescale(S.mul(x, y))) for x, y in zip(xs, ys)]
         return S.sat(S.total(terms + ([bias] if bias is not None else [])))
 
+    one_code = int(fx.quantize(np.array([1.0]))[0][0])  # R(1): the one-hot embeddings' entries
     solver = z3.SolverFor("QF_BV")
     if timeout is not None:
         solver.set("timeout", max(1, int(timeout * 1000)))
@@ -113,7 +116,7 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
             weights = [S.relu(dot(q, k)) for k in keys]
             outs.append([dot(weights, [v[c] for v in values]) for c in range(width)])
         mean = [S.sat(S.round_div(S.total([o[c] for o in outs]), S.const(heads))) for c in range(width)]
-        one = S.const(fx.one)  # the one-hot input rows of the last position, then the heads' rows
+        one = S.const(one_code)  # the one-hot input rows of the last position, then the heads' rows
         h_last = [one if r in (tokens[last], V + last) else S.const(0) for r in range(d)] + mean
         scores = [dot(U[y], h_last, b[y]) for y in range(C)]
         for c in range(C):
@@ -130,12 +133,16 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: FixedPoint,
     if answer == z3.sat:
         m = solver.model()
 
-        def value(name):
-            return m.eval(variables[name], model_completion=True).as_signed_long() / fx.one
+        kind = np.float64 if isinstance(fx, FixedPoint) else object  # another grid's values are exact rationals
 
-        weights = {key: np.array([[value(f"{key}_{r}_{c}") for c in range(d)] for r in range(width)]) for key in W}
-        weights["U"] = np.array([[value(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)])
-        weights["b"] = np.array([value(f"b_{y}") for y in range(C)])
+        def value(name):
+            v = fx.value(m.eval(variables[name], model_completion=True).as_signed_long())
+            return float(v) if kind is np.float64 else v  # a binary grid's value is a float64 exactly
+
+        weights = {key: np.array([[value(f"{key}_{r}_{c}") for c in range(d)] for r in range(width)], dtype=kind)
+                   for key in W}
+        weights["U"] = np.array([[value(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)], dtype=kind)
+        weights["b"] = np.array([value(f"b_{y}") for y in range(C)], dtype=kind)
         out.model = family_model(task, heads, width, weights)
         ev = make_evaluator(out.model, fx)
         members = np.array(cert.members)

@@ -1,9 +1,10 @@
 """Built-in constructions, by the task they solve, each with its variants.
 
 A builder takes the task (its size parameters), the variant and the construction options:
-``builder(task, variant=..., k=..., eta=..., seed=..., f=...)``.  ``f`` is the arithmetic's
-fractional bits: Bhattamishra et al.'s printed scales depend on the precision through Kc,
-with N^-Kc = 2^-f (docs/constructions.md, "Conventions").  A variant that cannot be built as printed is listed in
+``builder(task, variant=..., k=..., eta=..., seed=..., kc=...)``.  ``kc`` is the arithmetic's
+Kc at the task's N (`Fixed.kc`): Bhattamishra et al.'s printed scales depend on the precision
+through Kc, whose grid has step N^-Kc (Appendix B.2): for FX(p, f), Kc = f / log2 N; for the B.2
+grid, its own Kc; for a grid of step 1/D, log D / log N (docs/constructions.md, "Conventions").  A variant that cannot be built as printed is listed in
 ``unbuildable`` with the reason, which is the error a user who asks for it gets.
 """
 
@@ -28,7 +29,7 @@ class Construction:
     options: tuple[str, ...] = ("variant", "k", "eta", "seed")  # the construction options it takes
 
     def build(self, task, variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
-              seed: int = 0, f: Optional[int] = None) -> Model:
+              seed: int = 0, kc: Optional[float] = None) -> Model:
         variant = self.default if variant is None else variant
         if variant in self.unbuildable:
             raise UnbuildableError(f"{self.name} --variant {variant}: {self.unbuildable[variant]}")
@@ -41,10 +42,10 @@ class Construction:
             raise InputError(f"k must be >= 1, got {k}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise InputError(f"--seed must be an integer >= 0, got {seed!r}")
-        return self.builder(task, variant=variant, k=k, eta=eta, seed=seed, f=f)
+        return self.builder(task, variant=variant, k=k, eta=eta, seed=seed, kc=kc)
 
 
-def _index_lookup(task, variant, k, eta, seed, f):
+def _index_lookup(task, variant, k, eta, seed, kc):
     return index_lookup.build(task.N, sigma=task.sigma, k=k, eta=eta, seed=seed)
 
 

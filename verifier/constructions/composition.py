@@ -46,7 +46,7 @@ def _angle(v: int, M: int) -> np.ndarray:
     return np.array([math.cos(2 * math.pi * v / M), math.sin(2 * math.pi * v / M)])
 
 
-def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, f=None) -> Model:
+def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     L, m, n, sizes = task.depth, task.N, task.n, task.sizes
     if eta is not None and not eta > 0:
         raise InputError(f"--eta (a factor on lambda) must be > 0, got {eta}")

@@ -55,7 +55,7 @@ OPEN, CLOSE = {"(": 0, "[": 2}, {")": 1, "]": 3}
 GE = [("UA", 0), ("UB", 0), ("S", 1), ("S", 2), ("S", 3)]  # GE[c] = [Q >= c]
 
 
-def build(task, variant: str = "transformer", k=None, eta=None, seed: int = 0, f=None):
+def build(task, variant: str = "transformer", k=None, eta=None, seed: int = 0, kc=None):
     return _recurrent(task) if variant == "recurrent" else _transformer(task)
 
 

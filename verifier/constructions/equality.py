@@ -14,7 +14,8 @@ Variants (every difference from the paper, with its line):
 ``paper`` -- F.2 as printed.
   * T: Corollary 8.1's 1/4-orthogonal sign vectors (`sign_vectors.corollary_81`).
   * eta = ln N + Kc ln 2N, "Thus, for eta = log N + Kc log 2N, the softmax attention weight at
-    j = i - N/2 will be rounded to 1", with N^-Kc = 2^-f, i.e. Kc = f / log2 N.
+    j = i - N/2 will be rounded to 1", with the arithmetic's Kc (`Fixed.kc`: the grid's step is
+    N^-Kc; Kc = f / log2 N for FX(p, f), the B.2 grid's own Kc).
   * XOR: "a simple ReLU FFN can compute the XOR of the first two values": the exact one on +-1,
     (ReLU(a - b) + ReLU(b - a)) / 2, which assumes the retrieved bit is exact.
   * Layer 2: "If Att(X)_N >= 1/N, then the FFN can output 1 and it can output 0 otherwise":
@@ -54,25 +55,20 @@ VARIANTS = {
 }
 
 
-def kc(N: int, f: int | None) -> float:
-    """The paper's Kc for our grid: N^-Kc = 2^-f (Appendix B.2)."""
-    if f is None:
-        raise InputError("the paper's eta depends on the precision (Kc): give the fractional bits f")
-    return f / math.log2(N) if N > 1 else float(f)
+def paper_eta(N: int, kc: float | None) -> float:
+    """F.2's stated eta = ln N + Kc ln 2N (natural logs), with the arithmetic's Kc."""
+    if kc is None:
+        raise InputError("the paper's eta depends on the precision (Kc): give the arithmetic (--f, or --format b2:KC)")
+    return math.log(N) + kc * math.log(2 * N)
 
 
-def paper_eta(N: int, f: int | None) -> float:
-    """F.2's stated eta = ln N + Kc ln 2N (natural logs)."""
-    return math.log(N) + kc(N, f) * math.log(2 * N)
-
-
-def scale(eta: float | None, paper: bool, N: int, f: int | None, corrected: float, corrected_rule: str,
+def scale(eta: float | None, paper: bool, N: int, kc: float | None, corrected: float, corrected_rule: str,
           printed: str = "ln N + Kc ln 2N") -> tuple[float, str]:
     """The attention scale and its rule: the user's, F.2's printed one, or the corrected one."""
     if eta is not None:
         return float(eta), "user"
     if paper:
-        return paper_eta(N, f), f"{printed}, Kc = f/log2 N = {kc(N, f):.4g}"
+        return paper_eta(N, kc), f"{printed}, Kc = {kc:.4g} (the arithmetic's)"
     return corrected, corrected_rule
 
 
@@ -82,7 +78,7 @@ def retrieval_eta(N: int) -> float:
 
 
 def build(task, variant: str = "corrected", k: int | None = None, eta: float | None = None, seed: int = 0,
-          f: int | None = None) -> Model:
+          kc: float | None = None) -> Model:
     N = task.N
     paper = variant == "paper"
     if k is not None:
@@ -95,7 +91,7 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     ref = 5 + 2 * k
     d = ref + (0 if paper else 1)
     require_weights(f"equality at N={N}", d, N + 2 * k + 16)
-    eta_value, rule = scale(eta, paper, N, f, retrieval_eta(N), "2 ln(3(N-1))")
+    eta_value, rule = scale(eta, paper, N, kc, retrieval_eta(N), "2 ln(3(N-1))")
 
     E = np.zeros((2, d))
     E[0, c0], E[1, c0] = -1.0, 1.0

@@ -33,7 +33,7 @@ THEOREM = CHEN_ZOU_2024.cite("Theorem 3, Appendix 13.2")
 VARIANTS = {"paper": "the printed copy-and-match construction (it is correct)"}
 
 
-def build(task, variant: str = "paper", k=None, eta=None, seed: int = 0, f=None) -> Model:
+def build(task, variant: str = "paper", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     nq, na, kk = task.nq, task.na, task.k
     n = 3 * kk + 2
     L = Layout(question=nq, flag=1, answer=na, P=n)

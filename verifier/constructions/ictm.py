@@ -56,7 +56,7 @@ UNBUILDABLE = ("Appendix 15's layer-2 attention map alpha^(2) is not n x n as pr
                "consistent reconstruction of the same parse-copy-match plan.")
 
 
-def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=None) -> Model:
+def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, l, kk, na = task.alphabet, task.length, task.k, task.na
     n, B = task.max_len, task.block
     L = Layout(token=X, flag=1, answer=na, P=n, TB=l)

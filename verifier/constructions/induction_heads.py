@@ -78,7 +78,7 @@ VARIANTS = {
 GAMMA, BETA = 4.0, 2.0
 
 
-def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, f=None) -> Model:
+def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     if variant == "designed":
         return _designed(task, BETA if eta is None else eta)
     if eta is not None:

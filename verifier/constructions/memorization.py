@@ -53,7 +53,7 @@ def layouts(X: int, N: int) -> tuple[Layout, Layout]:
     return inputs, inputs.overlay(**{f"x{i}": X for i in range(N)})
 
 
-def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=None) -> Model:
+def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, N = len(task.symbols), task.N
     n = N + 1
     inputs, out = layouts(X, N)

@@ -63,7 +63,7 @@ def layer2_eta(N: int, gamma: float) -> float:
 
 
 def build(task, variant: str = "corrected", k: int | None = None, eta: float | None = None, seed: int = 0,
-          f: int | None = None) -> Model:
+          kc: float | None = None) -> Model:
     N, gamma, codebook = task.N, task.gamma, task.codebook
     paper = variant == "paper"
     count = 2 * N

@@ -15,7 +15,7 @@ Variants:
 ``paper`` -- F.3 as printed, with what it leaves open copied from F.2:
   * BOS carries the value 0 ("will contain 0 for the [BOS] token").
   * Query bias and scale: F.3 gives only "the query vector contains the j-th block"; we take
-    F.2's [T, 1] / [T, -1/2] and F.2's printed eta = ln N + Kc ln 2N (Kc = f / log2 N).
+    F.2's [T, 1] / [T, -1/2] and F.2's printed eta = ln N + Kc ln 2N (Kc from the arithmetic: f / log2 N for FX).
   * T: Corollary 8.1's 1/4-orthogonal vectors.
   * FFN: "the feedforward network can then compute the function g_{I_i}(x) at every position" --
     but one FFN is shared by every position, so as printed it can
@@ -70,7 +70,7 @@ def _patterns(s: int) -> np.ndarray:
 
 
 def build(task, variant: str = "corrected", k: int | None = None, eta: float | None = None, seed: int = 0,
-          f: int | None = None) -> Model:
+          kc: float | None = None) -> Model:
     N, inst = task.N, task.inst
     s = max(1, inst.s)
     paper = variant == "paper"
@@ -95,7 +95,7 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     g, m, ref = cst + 1 + s + n_t, cst + 2 + s + n_t, cst + 3 + s + n_t
     d = ref + (0 if paper else 1)
     require_weights(f"{task.name} at N={N}", d, N + 2 * s * r + 2 ** (s + 1) + 8)
-    eta_value, rule = scale(eta, paper, N, f, corrected_eta(N, s), "(4/3) ln(8 s N (N+1))",
+    eta_value, rule = scale(eta, paper, N, kc, corrected_eta(N, s), "(4/3) ln(8 s N (N+1))",
                             "F.2's ln N + Kc ln 2N")
 
     E = np.zeros((3, d))  # tokens 0, 1, BOS

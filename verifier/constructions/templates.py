@@ -70,7 +70,7 @@ def base3(l: int) -> np.ndarray:
     return alpha
 
 
-def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, f=None) -> Model:
+def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, l, C = task.alphabet, task.N, task.num_classes
     n = l + 1
     paper = variant in ("paper", "charitable")

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
-from ..arithmetic import FixedPoint
+from ..arithmetic import Fixed
 from ..budget import Deadline
 from ..evaluator import Judged
 from ..model import Model
@@ -24,7 +24,7 @@ class Problem:
 
     task: Task
     model: Model
-    arith: FixedPoint
+    arith: Fixed  # FX(p, f) or another grid (`verifier.arithmetic`)
     built_in: bool = False  # the model is a built-in construction, built for this problem
     weights_sha256: Optional[str] = None  # of the model as given, when its readout rows were put in class order
 

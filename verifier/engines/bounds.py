@@ -42,7 +42,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ..arithmetic import FixedPoint, exp_table, threshold_code
+from ..arithmetic import Fixed
 from ..budget import TimedOut
 from ..errors import InternalError
 from ..evaluator import Evaluator, fitting_evaluator
@@ -255,7 +255,7 @@ class _Run:
     def __init__(self, problem: Problem, opts: RunOptions, stats: _Stats):
         self.task, self.opts, self.stats = problem.task, opts, stats
         self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False))
-        self.fx: FixedPoint = problem.arith
+        self.fx: Fixed = problem.arith
         self.q = self.m.ev.q
         self.layer = self.q.layers[0]
         self.track = problem.arith.overflow == "error"
@@ -489,7 +489,7 @@ class _Run:
         fx = self.fx
         lo, hi = np.stack(raw_lo, axis=1), np.stack(raw_hi, axis=1)
         if fx.accumulate == "wide":
-            lo, hi = fx.round_shift(lo, fx.f), fx.round_shift(hi, fx.f)
+            lo, hi = fx.rescale(lo), fx.rescale(hi)
         ovf = _any_per_row((lo < fx.lo) | (hi > fx.hi))
         return np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi), ovf
 
@@ -599,7 +599,7 @@ class _Run:
     def _verdict(self, ylo: np.ndarray, yhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per box: 1 (correct on all of it), -1 (fails on all of it) or 0; and the margin's lower
         bound in real units (as `Evaluator.margins` measures margins)."""
-        ro, one = self.q.readout, self.fx.one
+        ro, fx = self.q.readout, self.fx
         rows = np.arange(len(truth))
         known = truth >= 0
         t = np.where(known, truth, 0)
@@ -610,15 +610,15 @@ class _Run:
             else:
                 low = ylo[rows, t] - _max_others(yhi, t)
                 high = yhi[rows, t] - _max_others(ylo, t)
-                margin = low / one
+                margin = fx.to_real(low)
         else:
             # bit i is 1 iff y_i > c (codes): a wanted 1 holds on the box when ylo > c and fails
             # on all of it when yhi <= c; a wanted 0 holds when yhi <= c and fails when ylo > c
-            c = threshold_code(ro.theta, self.fx)
+            c = fx.threshold_code(ro.theta)
             want = ((t[:, None] >> np.arange(ylo.shape[1])) & 1) == 1
             low = np.where(want, ylo - c, c - yhi + 1).min(axis=1)
             high = np.where(want, yhi - c, c - ylo + 1).min(axis=1)
-            margin = np.where(want, ylo / one - float(ro.theta), float(ro.theta) - yhi / one).min(axis=1)
+            margin = np.where(want, fx.to_real(ylo) - float(ro.theta), float(ro.theta) - fx.to_real(yhi)).min(axis=1)
         status = np.zeros(len(t), dtype=np.int64)
         status[known & (low > 0) & ~ovf] = 1
         status[known & (high <= 0)] = -1
@@ -765,7 +765,7 @@ class _Run:
         return self._leaf_ev or self.m.ev
 
 
-def _term_bounds(fx: FixedPoint, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarray, vhi: np.ndarray,
+def _term_bounds(fx: Fixed, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarray, vhi: np.ndarray,
                  ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Bounds of one position's term a v in a head's output, for a in [alo, ahi] (a >= 0) and v in
     [vlo, vhi]: R(a v) saturated (product accumulation; a possible saturation is flagged in ovf,
@@ -773,23 +773,23 @@ def _term_bounds(fx: FixedPoint, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarr
     corners = [alo * vlo, alo * vhi, ahi * vlo, ahi * vhi]
     lo, hi = np.minimum.reduce(corners), np.maximum.reduce(corners)
     if fx.accumulate == "product":
-        lo, hi = fx.round_shift(lo, fx.f), fx.round_shift(hi, fx.f)
+        lo, hi = fx.rescale(lo), fx.rescale(hi)
         ovf |= _any_per_row((lo < fx.lo) | (hi > fx.hi))
         lo, hi = np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi)
     return lo, hi
 
 
-def _softmax_bounds(fx: FixedPoint, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
+def _softmax_bounds(fx: Fixed, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
     """The entries (box, position) whose softmax weight may be positive, with the weight's bounds:
     (b, j, alo, ahi); a possible saturation is flagged in ovf (B,).  docs/bounds-engine.md, "Softmax".
 
     d_j = sat(s_j - M) = sat(min(0, s_j - M_-j)) with M_-j the max over the other positions, so d_j
     lies in [sat(min(0, slo_j - max_-j shi)), sat(min(0, shi_j - max_-j slo))], and e = R(exp d) is
-    monotone.  With r_j = Z - e_j, a_j = R(e_j 2^f / (e_j + r_j)) rises with e_j and falls with r_j:
+    monotone.  With r_j = Z - e_j, a_j = R(e_j / (e_j + r_j)) rises with e_j and falls with r_j:
     it is bounded by one end of e_j and the other end of r_j (a sum of the other positions' e
     bounds); and Z is at least exp(0)'s code, which the maximum takes.  Exact logits (slo is shi)
     give the exact weights, computed once."""
-    dmin, table = exp_table(fx.p, fx.f, fx.rounding)
+    dmin, table = fx.exp_table()
     B, L = slo.shape
     exact = slo is shi
     if exact:
@@ -806,14 +806,14 @@ def _softmax_bounds(fx: FixedPoint, slo: np.ndarray, shi: np.ndarray, ovf: np.nd
         ovf |= (d_lo < fx.lo).any(axis=1)
         e_lo = table[np.maximum(d_lo, dmin) - dmin]
         e_hi = table[np.maximum(d_hi, dmin) - dmin]
-    if fx.one > fx.hi:
+    if fx.exp0_saturates:
         ovf |= (d_hi == 0).any(axis=1)  # exp(0) = 1 is not representable
     z_lo, z_hi = e_lo.sum(axis=1), e_hi.sum(axis=1)
     b, j = np.nonzero(e_hi)  # e = 0 gives a = 0 exactly
     elo, ehi = e_lo[b, j], e_hi[b, j]
     z0 = max(int(table[-dmin]), 1)
-    a_hi = fx.round_div(ehi << fx.f, np.maximum(z_lo[b] - elo + ehi, z0))
-    a_lo = a_hi if exact else fx.round_div(elo << fx.f, np.maximum(z_hi[b] - ehi + elo, 1))
+    a_hi = fx.round_div(fx.times_den(ehi), fx.scale_num(np.maximum(z_lo[b] - elo + ehi, z0)))
+    a_lo = a_hi if exact else fx.round_div(fx.times_den(elo), fx.scale_num(np.maximum(z_hi[b] - ehi + elo, 1)))
     over = a_hi > fx.hi
     ovf[b[over]] = True
     return b, j, np.minimum(a_lo, fx.hi), np.minimum(a_hi, fx.hi)

@@ -114,7 +114,7 @@ class Smt:
         if not exact_margin:  # a margin over some cases only would mislead
             result.min_margin = result.tightest = None
         elif result.min_margin is not None:
-            result.min_margin /= problem.arith.one
+            result.min_margin = float(problem.arith.to_real(result.min_margin))
         stats["solver_seconds"] = round(stats["solver_seconds"], 3)
         stats.update(totals)
         stats["seconds"] = time.monotonic() - t0
