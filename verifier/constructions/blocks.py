@@ -24,10 +24,22 @@ reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
-from ..model import Head, Layer
+from ..model import Head, Layer, exact_array
+
+
+def zeros(shape, exact: bool = False) -> np.ndarray:
+    """Zeros in float64, or as exact rationals (`model.is_exact`) for a map whose recipe is rational:
+    the entries then take Fractions (and ints, or dyadic floats taken exactly) without rounding."""
+    return exact_array(np.zeros(shape, dtype=np.int64)) if exact else np.zeros(shape)
+
+
+def _entry(w, exact: bool):
+    """A weight as stored: exact (a Fraction; a float is taken exactly) in an exact map."""
+    return Fraction(w) if exact else w
 
 
 class Layout:
@@ -58,6 +70,15 @@ class Layout:
             start += size
         return out
 
+    def names(self) -> list[str]:
+        """A name per residual row: the block's name ('m'), with the coordinate for a block of more
+        than one row ('B3[2]'); a row under several blocks (an overlay) has every name, joined by '/'."""
+        names: list[list[str]] = [[] for _ in range(self.d)]
+        for block, size in self.sizes.items():
+            for i in range(size):
+                names[self.offsets[block] + i].append(block if size == 1 else f"{block}[{i}]")
+        return ["/".join(n) for n in names]
+
     def __getitem__(self, name: str) -> slice:
         return slice(self.offsets[name], self.offsets[name] + self.sizes[name])
 
@@ -67,23 +88,24 @@ class Layout:
             raise IndexError(f"block {name} has {self.sizes[name]} rows, not {i + 1}")
         return self.offsets[name] + i
 
-    def vector(self, **parts) -> np.ndarray:
+    def vector(self, exact: bool = False, **parts) -> np.ndarray:
         """A residual vector from block values: ``vector(token=onehot, flag=1.0)``."""
-        v = np.zeros(self.d)
+        v = zeros(self.d, exact)
         for name, value in parts.items():
-            v[self[name]] = value
+            v[self[name]] = exact_array(value) if exact else value
         return v
 
-    def copy(self, src: str, dst: str, scale: float = 1.0, rows: dict[int, int] | None = None) -> np.ndarray:
+    def copy(self, src: str, dst: str, scale=1.0, rows: dict[int, int] | None = None,
+             exact: bool = False) -> np.ndarray:
         """The (d, d) map that adds scale * block src into block dst: row i to row i (equal sizes), or
         by `rows` (src coordinate -> dst coordinate)."""
-        M = np.zeros((self.d, self.d))
+        M = zeros((self.d, self.d), exact)
         if rows is None:
             if self.sizes[src] != self.sizes[dst]:
                 raise ValueError(f"copy {src} -> {dst}: blocks of {self.sizes[src]} and {self.sizes[dst]} rows")
             rows = {i: i for i in range(self.sizes[src])}
         for i, j in rows.items():
-            M[self.row(dst, j), self.row(src, i)] += scale
+            M[self.row(dst, j), self.row(src, i)] += _entry(scale, exact)
         return M
 
     def form(self, *terms: tuple[str, str, np.ndarray]) -> np.ndarray:
@@ -98,21 +120,24 @@ class Layout:
 Row = dict[tuple[str, int], float]  # a combination of named residual rows {(block, i): weight}
 
 
-def matrix(layout: Layout, rows: list[Row]) -> np.ndarray:
+def matrix(layout: Layout, rows: list[Row], exact: bool = False) -> np.ndarray:
     """The (len(rows), d) map whose row r reads the combination rows[r]: a query, key or value map."""
-    W = np.zeros((len(rows), layout.d))
+    W = zeros((len(rows), layout.d), exact)
     for r, terms in enumerate(rows):
         for (block, i), w in terms.items():
-            W[r, layout.row(block, i)] += w
+            W[r, layout.row(block, i)] += _entry(w, exact)
     return W
 
 
-def relu_units(layout: Layout, layer: Layer, units: list[tuple[Row, float, Row]]) -> None:
-    """Give `layer` the FFN of ReLU units, each (input combination, bias, what it adds to which rows)."""
-    layer.W1 = matrix(layout, [terms for terms, _, _ in units])
-    layer.b1 = np.array([bias for _, bias, _ in units], dtype=np.float64)
-    layer.W2 = matrix(layout, [out for _, _, out in units]).T.copy()
-    layer.b2 = np.zeros(layout.d)
+def relu_units(layout: Layout, layer: Layer, units: list[tuple[Row, float, Row]], exact: bool = False,
+               b2: Row | None = None) -> None:
+    """Give `layer` the FFN of ReLU units, each (input combination, bias, what it adds to which rows),
+    and the output bias b2 (a combination of rows, default none)."""
+    layer.W1 = matrix(layout, [terms for terms, _, _ in units], exact)
+    layer.b1 = exact_array([bias for _, bias, _ in units]) if exact else \
+        np.array([bias for _, bias, _ in units], dtype=np.float64)
+    layer.W2 = matrix(layout, [out for _, _, out in units], exact).T.copy()
+    layer.b2 = matrix(layout, [b2 or {}], exact)[0]
 
 
 def instructive(layout: Layout, alpha: np.ndarray) -> np.ndarray:
