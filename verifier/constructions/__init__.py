@@ -51,7 +51,7 @@ def _index_lookup(task, variant, k, eta, seed, f):
 _SPARSE_THRESHOLD = Construction("sparse_threshold", sparse_threshold.THEOREM, sparse_threshold.build,
                                  sparse_threshold.VARIANTS)
 _NEAREST_NEIGHBOUR = Construction("nearest_neighbour", nearest_neighbour.THEOREM, nearest_neighbour.build,
-                                  nearest_neighbour.VARIANTS, {"literal": nearest_neighbour.UNBUILDABLE})
+                                  nearest_neighbour.VARIANTS)
 
 CONSTRUCTIONS = {
     "index_lookup": Construction("index_lookup", index_lookup.THEOREM, _index_lookup, index_lookup.VARIANTS),
