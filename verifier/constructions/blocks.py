@@ -4,7 +4,10 @@ the two attention lemmas of Chen and Zou 2024 (arXiv:2404.01601, Appendix 10).
 As Tracr's `craft` builds a map by its action on named basis directions, a `Layout` names the row
 blocks of the residual stream (token | flag | answer | P | TB ...) and every vector and matrix is
 built from those names: `layout.copy("P", "TB")` is the value map that copies the positional rows
-into the template block, not a slice of indices.
+into the template block, not a slice of indices.  `Layout.names()` gives each row its name
+("m", "B3[2]"), which the model carries (`Model.residual_rows`) for traces and reports.  Every
+builder takes ``exact=True`` for a map whose recipe is rational: its entries are then Fractions
+(`model.is_exact`), so no float64 rounding happens on the way to the weights.
 
 Attention scores follow the paper's convention (Eq. 4): with H = [h_0 ... h_{n-1}] and
 S = ReLU(H^T W_QK H), S[a, b] = ReLU(h_a^T W_QK h_b) is how much the target position b reads the
