@@ -325,3 +325,17 @@ def test_model_files_keep_the_row_names(tmp_path):
         np.savez(bad, **{**arrays, "meta": np.array(json.dumps({**meta, **change}))})
         with pytest.raises(InputError, match=message):
             load_model(bad)
+
+
+def test_the_attention_figure_names_the_first_departure(tmp_path):
+    pytest.importorskip("matplotlib")
+    from verifier.dump import departure_text
+    from verifier.plots import attention_figure
+    result = verifier.prove("equality", N=6, p=12, variant="paper", engine="exhaustive")
+    doc = json.loads(write_dumps(result, tmp_path)[0].read_text())
+    fig = attention_figure(doc)
+    title = fig._suptitle.get_text()
+    assert f"first departure of FX from real: {departure_text(doc['first_departure'])}" in title
+    doc["first_departure"] = {"name": "L0.out", "element": [5, 12], "fx": 0.0, "real": 1.0, "gap_steps": 64.0,
+                              "row": "m", "at": "L0.out[m]"}
+    assert "L0.out[m] at element [5, 12]" in attention_figure(doc)._suptitle.get_text()
