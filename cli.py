@@ -240,7 +240,7 @@ def decide(problem, engine, deadline, max_counterexamples, start, stop, workers,
         if traced is not None:
             which = "first counterexample" if result.counterexamples else f"tightest input {result.tightest['input']}"
             click.echo(f"\ntrace of the {which} (fx = the value in the format, real = unquantized float64):")
-            click.echo(format_trace(traced))
+            click.echo(format_trace(traced, result.residual_rows, result.arithmetic["step"]))
     return result.exit_code
 
 

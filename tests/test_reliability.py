@@ -55,7 +55,11 @@ def verdict(capsys, *args, engine):
 def test_threshold_beyond_the_bit_vector_width_is_refuted(capsys, tmp_path, N, theta, engines):
     """theta is compared exactly, never wrapped modulo 2^width: every engine refutes."""
     src = export(capsys, tmp_path, "eq.npz", "equality", "--N", N)
-    path = edit_model_file(src, tmp_path / "eq_theta.npz", meta=lambda m: m["readout"].update(theta=theta))
+    def set_theta(meta):  # theta alone: the exported threshold 0 is an exact rational too
+        meta["readout"].pop("theta_exact", None)
+        meta["readout"].update(theta=theta)
+
+    path = edit_model_file(src, tmp_path / "eq_theta.npz", meta=set_theta)
     args = ("run", "--model", path, "--task", "equality", "--N", N, "--p", 12)
     for engine in engines:
         doc = verdict(capsys, *args, engine=engine)
@@ -82,6 +86,7 @@ def test_empty_readout_is_an_input_error(capsys, tmp_path):
     src = export(capsys, tmp_path, "eq.npz", "equality", "--N", 8)
 
     def empty(a):
+        a.pop("U.W.exact"), a.pop("U.b.exact")  # the exported readout is exact; the float64 arrays alone
         a["U.W"], a["U.b"] = np.zeros((0, a["E"].shape[1])), np.zeros(0)
 
     path = edit_model_file(src, tmp_path / "empty.npz", arrays=empty)
@@ -97,7 +102,8 @@ def test_empty_readout_is_an_input_error(capsys, tmp_path):
 def test_readout_rows_must_match_the_task(capsys, tmp_path):
     src = export(capsys, tmp_path, "eq.npz", "equality", "--N", 8)
     path = edit_model_file(src, tmp_path / "wide.npz", arrays=lambda a: a.update({
-        "U.W": np.vstack([a["U.W"], a["U.W"]]), "U.b": np.concatenate([a["U.b"], a["U.b"]])}))
+        "U.W": np.vstack([a["U.W"], a["U.W"]]), "U.b": np.concatenate([a["U.b"], a["U.b"]]),
+        "U.W.exact": np.vstack([a["U.W.exact"]] * 2), "U.b.exact": np.concatenate([a["U.b.exact"]] * 2)}))
     code, _, err = run(capsys, "run", "--model", path, "--task", "equality", "--N", 8, "--p", 12)
     assert code == 2 and "one per output bit (1)" in err
 

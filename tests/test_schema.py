@@ -45,6 +45,16 @@ def _set(path, value, then=None):
     return edit
 
 
+def _as_version_2(then=None):
+    """A meta editor: the exported file (version 3: it names its residual rows) as version 2."""
+    def edit(meta):
+        meta.update(version=2)
+        meta.pop("residual_rows")
+        if then:
+            then(meta)
+    return edit
+
+
 def _array(name, fn):
     return lambda arrays: arrays.__setitem__(name, fn(arrays[name]))
 
@@ -64,14 +74,18 @@ MODEL_CASES = [
      'layers[0].attention: expected one of "softmax", "relu", got the string "linear"'),
     ("unknown", dict(meta=_set(["extra"], 1)), "meta: unknown key 'extra'"),
     ("version", dict(meta=_set(["version"], 4)), "meta: version: expected one of 1, 2, 3, got 4"),
-    ("exact-in-v2", dict(arrays=lambda a: a.__setitem__("U.b.exact", np.array(["1/3", "0"]))),
-     "array 'U.b.exact' (exact rationals) needs \"version\": 3"),
+    ("exact-in-v2", dict(meta=_as_version_2(), arrays=lambda a: a.__setitem__("U.b.exact", np.array(["1/3", "0"]))),
+     "(exact rationals) needs \"version\": 3"),
     ("exact-not-rational", dict(meta=_set(["version"], 3), arrays=lambda a: a.__setitem__("U.b.exact", np.array(["x", "0"]))),
      "array 'U.b.exact' has 'x', not a rational p/q"),
     ("exact-not-its-float", dict(meta=_set(["version"], 3), arrays=lambda a: a.__setitem__("U.b.exact", np.array(["1/3", "0"]))),
      "array 'U.b' entry 0 is"),
-    ("theta-exact-v2", dict(meta=_set(["readout", "theta_exact"], "1/3")), 'readout.theta_exact, which needs "version": 3'),
-    ("v2-key-in-v1", dict(meta=_set(["version"], 1, then=(["bos"], "a"))), 'meta has bos, which need "version": 2'),
+    ("theta-exact-v2", dict(meta=_as_version_2(_set(["readout", "theta_exact"], "1/3"))),
+     'readout.theta_exact, which needs "version": 3'),
+    ("rows-v2", dict(meta=_set(["version"], 2)), 'meta has residual_rows, which needs "version": 3'),
+    ("residual-rows-count", dict(meta=_set(["residual_rows"], ["a", "b"])), "'residual_rows' must be 9 distinct names"),
+    ("v2-key-in-v1", dict(meta=_as_version_2(_set(["version"], 1, then=(["bos"], "a")))),
+     'meta has bos, which need "version": 2'),
     ("gelu", dict(meta=_set(["layers", 0, "activation"], "gelu")),
      "layers[0].activation is 'gelu'; only relu is supported: GELU has no exact fixed-point rounding rule"),
     ("layer-norm", dict(meta=_set(["layers", 0, "layer_norm"], True)), "LayerNorm is not supported: fold"),

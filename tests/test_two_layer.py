@@ -1,5 +1,6 @@
 """The two-layer constructions of Bhattamishra et al. 2024 (arXiv:2406.09347): the tasks' ground truths, the corrected variants proved, the
-printed variants refuted by an engine, and the errata report (issue 4)."""
+failing variants refuted by an engine, and the errata report (issue 4).  The printed variants read
+charitably are in test_printed.py."""
 
 from __future__ import annotations
 
@@ -130,10 +131,12 @@ def test_smt_agrees_with_enumeration(task, N, opts):
             assert a.verdict == b.verdict, (task, variant, p)
 
 
-@pytest.mark.parametrize("task,N,engine", [("equality", 6, "exhaustive"), ("equality", 12, "smt"),
-                                           ("nearest_neighbour", 4, "exhaustive"), ("mqar", 6, "exhaustive")])
-def test_printed_variants_are_refuted_by_an_engine(task, N, engine, tmp_path):
-    problem = verifier.build_problem(task, N=N, p=12, variant="paper")
+@pytest.mark.parametrize("task,N,engine,variant", [("equality", 6, "exhaustive", "paper"),
+                                                   ("equality", 12, "smt", "paper"),
+                                                   ("nearest_neighbour", 4, "exhaustive", "unscaled"),
+                                                   ("mqar", 6, "exhaustive", "unscaled")])
+def test_failing_variants_are_refuted_by_an_engine(task, N, engine, variant, tmp_path):
+    problem = verifier.build_problem(task, N=N, p=12, variant=variant)
     result = verifier.run(problem, engine, max_counterexamples=3)
     assert result.verdict == "refuted" and result.exit_code == 1
     for c in result.counterexamples:
@@ -142,19 +145,16 @@ def test_printed_variants_are_refuted_by_an_engine(task, N, engine, tmp_path):
         again = verifier.replay(problem, verifier.engines.Found(c.index, np.array(c.tokens), truth, 1 - truth,
                                                                  c.reason, c.margin))
         assert again.produced == c.produced
-    assert main([task, "--N", str(N), "--p", "12", "--variant", "paper", "--engine", engine,
+    assert main([task, "--N", str(N), "--p", "12", "--variant", variant, "--engine", engine,
                  "--dump", str(tmp_path)]) == 1
     doc = json.loads(next(tmp_path.iterdir()).read_text())
-    assert doc["params"]["variant"] == "paper" and "L1.H0.attn" in doc["trace"]
+    assert doc["params"]["variant"] == variant and "L1.H0.attn" in doc["trace"]
 
 
 def test_unbuildable_variants_are_clear_errors(capsys):
-    with pytest.raises(UnbuildableError, match="-2.3"):
-        verifier.build_problem("nearest_neighbour", N=4, p=12, variant="literal")
-    with pytest.raises(UnbuildableError, match="shared"):
+    with pytest.raises(UnbuildableError, match="no identity of g"):
         verifier.build_problem("sparse_threshold", N=10, p=12, variant="paper")  # g differs by position
-    for argv in (["mqar", "--N", "4", "--p", "12", "--variant", "literal"],
-                 ["idxl", "--N", "4", "--p", "12", "--variant", "paper"],
+    for argv in (["sparse_threshold", "--N", "10", "--p", "12", "--variant", "paper"],
                  ["equality", "--N", "4", "--p", "12", "--variant", "nonsense"],
                  ["equality", "--N", "5", "--p", "12"], ["equality", "--N", "4", "--p", "12", "--sigma", "3"]):
         assert main(argv) == 2

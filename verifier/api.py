@@ -203,7 +203,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     return Result(verdict, problem.task.describe(), construction, params, arithmetic,
                   chosen.name + (" (auto)" if engine == "auto" else ""), er.covered, total, start, stop, seconds,
                   er.min_margin, cexs, tightest, reason, stats, status, provenance,
-                  quantized=quantized.q.named_arrays() if cexs else {})
+                  quantized=quantized.q.named_arrays() if cexs else {}, residual_rows=problem.model.residual_rows)
 
 
 def describe_problem(problem: Problem) -> tuple[dict, dict, dict]:

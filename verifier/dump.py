@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -34,6 +35,15 @@ HOW_TO_READ = (
     "first_departure: the first intermediate where the format's value is more than one step from the real "
     "value (more than one rounding explains), with the element and the gap in steps. quantized_weights: the "
     "weight codes the run used (value = code * step), under the model file's names.")
+RESIDUAL = re.compile(r"^(embed|L\d+\.(attn_out|resid|ffn_out|out))$")  # intermediates of the residual stream
+
+
+def row_names(name: str, shape, rows: Optional[list[str]]) -> Optional[list[str]]:
+    """The residual rows' names along the last axis of intermediate `name`, when it is one of the
+    residual stream and the model names its rows; else None (the rows keep their indices)."""
+    if rows is None or not RESIDUAL.match(name) or not len(shape) or shape[-1] != len(rows):
+        return None
+    return list(rows)
 
 
 def _list(a):
@@ -45,11 +55,13 @@ def trace_json(table: dict) -> dict:
                    "real": _list(v["real"])} for name, v in table.items()}
 
 
-def first_departure(table: dict, f: Optional[int] = None, step: Optional[float] = None) -> Optional[dict]:
+def first_departure(table: dict, f: Optional[int] = None, rows: Optional[list[str]] = None,
+                    step: Optional[float] = None) -> Optional[dict]:
     """The first intermediate, in evaluation order, where the value in the format (FX: of fractional
     bits f; another grid: of step `step`) is more than one step from the real one (more than a single
     rounding explains), or the real value is not finite: its name, the element, both values and the
-    gap in steps.  None when the format follows throughout."""
+    gap in steps; with the model's residual row names `rows`, the element's row name ('row') and
+    where it is ('at': ``L0.out[m]``).  None when the format follows throughout."""
     step = 2.0 ** -f if step is None else float(step)
     for name, v in table.items():
         if v["real"] is None:
@@ -60,17 +72,27 @@ def first_departure(table: dict, f: Optional[int] = None, step: Optional[float] 
             gap = np.where(np.isfinite(real), np.abs(fx - real), np.inf)
         if gap.size and gap.max() > step:
             at = np.unravel_index(int(np.argmax(gap > step)), gap.shape)
-            return {"name": name, "element": [int(i) for i in at], "fx": float(fx[at]),
-                    "real": finite_or_none(real[at]), "gap_steps": finite_or_none(gap[at] / step)}
+            found = {"name": name, "element": [int(i) for i in at], "fx": float(fx[at]),
+                     "real": finite_or_none(real[at]), "gap_steps": finite_or_none(gap[at] / step)}
+            names = row_names(name, gap.shape, rows)
+            if names is not None:
+                found.update(row=names[at[-1]], at=f"{name}[{names[at[-1]]}]")
+            return found
     return None
+
+
+def departure_text(dep: dict) -> str:
+    """A departure in words: ``L0.out[m] at element [5, 7]`` (or the bare element without row names)."""
+    return f"{dep.get('at', dep['name'])} at element {dep['element']}"
 
 
 def counterexample_document(result: Result, cex: Counterexample) -> dict:
     return {"verdict": result.verdict, "task": result.task, "construction": result.construction,
             "params": result.params, "arithmetic": result.arithmetic, "engine": result.engine,
             "provenance": result.provenance,
-            "counterexample": cex.to_json(), "first_departure": first_departure(cex.trace, step=result.arithmetic["step"]),
-            "how_to_read": HOW_TO_READ, "trace": trace_json(cex.trace),
+            "counterexample": cex.to_json(),
+            "first_departure": first_departure(cex.trace, rows=result.residual_rows, step=result.arithmetic["step"]),
+            "how_to_read": HOW_TO_READ, "residual_rows": result.residual_rows, "trace": trace_json(cex.trace),
             "quantized_weights": {name: {"shape": list(np.shape(c)), "codes": _list(c)}
                                   for name, c in result.quantized.items()}}
 
@@ -123,16 +145,33 @@ def format_tag(a: dict) -> str:
     return f"grid-{a['step_exact']}-{a['range_exact'][1]}".replace("/", "_")
 
 
-def format_trace(table: dict) -> str:
-    """The trace as text: each intermediate, row by row, FX value with the real value beside it."""
+def aligned(lines: list[list[str]]) -> list[str]:
+    """Rows of cells, each column padded to its widest cell (for a monospaced table)."""
+    widths = [max(len(line[j]) for line in lines) for j in range(len(lines[0]))]
+    return [" ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines]
+
+
+def format_trace(table: dict, rows: Optional[list[str]] = None, step: Optional[float] = None) -> str:
+    """The trace as text: each intermediate, row by row, the value in the format with the real value
+    beside it.  With the model's residual row names `rows`, the intermediates of the residual stream
+    get a header of them, columns aligned; with the format's `step`, the first departure comes first."""
     lines = []
+    if step is not None:
+        dep = first_departure(table, rows=rows, step=step)
+        lines.append("first departure (the format more than one step from real): " + (
+            f"{departure_text(dep)}, fx {dep['fx']:g}, real {dep['real']}" if dep else "none"))
     for name, v in table.items():
         vals = np.atleast_2d(np.asarray(v["values"], dtype=float))
         real = None if v["real"] is None else np.atleast_2d(np.asarray(v["real"], dtype=float))
         lines.append(f"{name}  shape {tuple(np.shape(v['codes']))}")
+        names = row_names(name, vals.shape, rows)
+        body = []
         for i, row in enumerate(vals):
-            fx = " ".join(f"{x:g}" for x in row)
-            lines.append(f"  [{i}] fx   {fx}")
+            body.append([f"  [{i}] fx  "] + [f"{x:g}" for x in row])
             if real is not None:
-                lines.append(f"  [{i}] real " + " ".join(f"{x:.4g}" for x in real[i]))
+                body.append([f"  [{i}] real"] + [f"{x:.4g}" for x in real[i]])
+        if names is None:
+            lines += [" ".join(cells) for cells in body]
+        else:
+            lines += aligned([["  rows    "] + names] + body)
     return "\n".join(lines)

@@ -82,6 +82,10 @@ META_SCHEMA = {
                                             "description": "version 2: a name per row of U.W; the task's "
                                                            "answers are the rows of their names"}}},
         "info": {"type": "object", "description": "free-form: the construction and its parameters"},
+        "residual_rows": {"type": "array", "minItems": 1, "uniqueItems": True,
+                          "items": {"type": "string", "minLength": 1},
+                          "description": "version 3: a name per row of the residual stream (d names), "
+                                         "shown in traces, dumps and reports"},
     },
 }
 
@@ -149,6 +153,7 @@ class Model:
     info: dict = field(default_factory=dict)  # construction name and parameters
     source: Optional[str] = None  # the file it was read from
     bos: Optional[str] = None  # a token fixed at position 0; the task's input follows it
+    residual_rows: Optional[list[str]] = None  # a name per residual row ("m", "B3[2]"), from a Layout
 
     @property
     def d(self) -> int:
@@ -245,6 +250,11 @@ class Model:
                     _expect(arr, f"L{li}.{key}", shape, _fmt(shape))
         if self.bos is not None and self.bos not in self.vocab:
             raise InputError(f"metadata 'bos' names {self.bos!r}, which is not in the vocabulary")
+        rows = self.residual_rows
+        if rows is not None and (len(rows) != d or len(set(rows)) != d
+                                 or not all(isinstance(r, str) and r for r in rows)):
+            raise InputError(f"metadata 'residual_rows' must be {d} distinct names, one per residual row; got "
+                             f"{len(rows)} ({len(set(rows))} distinct)")
         _check_readout(self.readout, d)
         _check_finite(self)
 
@@ -270,6 +280,7 @@ class Recurrent:
     source: Optional[str] = None  # the file it was read from
     max_len = None
     bos = None
+    residual_rows = None
 
     @property
     def d(self) -> int:
@@ -407,6 +418,9 @@ def save_model(model: Model | Recurrent, path: str | Path) -> Path:
         meta["readout"]["rows"] = list(model.readout.rows)
     if model.bos is not None:
         meta["bos"] = model.bos
+    if model.residual_rows is not None:
+        meta["residual_rows"] = list(model.residual_rows)
+        meta["version"] = EXACT_VERSION
     if isinstance(model, Recurrent):
         meta["recurrent"] = {"hidden": model.d}
     else:
@@ -510,7 +524,7 @@ def load_model(path: str | Path) -> Model | Recurrent:
         elif P_mask.dtype != np.bool_:
             raise InputError(f"{source}: array 'P_mask' has dtype {P_mask.dtype}, expected bool")
         model = Model(E=E, P=P, P_mask=P_mask, layers=layers, readout=readout, vocab=vocab, info=info,
-                      bos=meta.get("bos"))
+                      bos=meta.get("bos"), residual_rows=meta.get("residual_rows"))
     try:
         model.validate()
     except InputError as exc:
@@ -535,11 +549,15 @@ def _check_version_2(meta: dict, source: str) -> None:
                              f"scale and bias into the next weights (TransformerLens: fold_ln) and train or "
                              f"export without the normalisation itself (normalization_type=None), then set "
                              f"layer_norm to false")
-    exact = [k for k in ("theta_exact",) if k in meta.get("readout", {})]
-    if exact and meta["version"] < EXACT_VERSION:
-        raise InputError(f"{source}: meta has readout.theta_exact, which needs \"version\": {EXACT_VERSION}")
-    if "recurrent" in meta and "bos" in meta:
-        raise InputError(f"{source}: 'bos' is for transformers; a recurrent model reads its inputs from h0")
+    v3 = [f"readout.{k}" for k in ("theta_exact",) if k in meta.get("readout", {})] + \
+        [k for k in ("residual_rows",) if k in meta]
+    if v3 and meta["version"] < EXACT_VERSION:
+        raise InputError(f"{source}: meta has {', '.join(v3)}, which need{'s' if len(v3) == 1 else ''} "
+                         f"\"version\": {EXACT_VERSION}")
+    for key in ("bos", "residual_rows"):
+        if "recurrent" in meta and key in meta:
+            raise InputError(f"{source}: '{key}' is for transformers; a recurrent model "
+                             + ("reads its inputs from h0" if key == "bos" else "has no residual stream"))
     if v2 and meta["version"] < 2:
         raise InputError(f"{source}: meta has {', '.join(v2)}, which need \"version\": 2")
 

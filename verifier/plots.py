@@ -3,7 +3,9 @@
 * `frontier_figure`: p* against log2 N for one or more sweeps (`verify sweep -o X.json`), one
   series per construction, each with its least-squares line;
 * `attention_figure`: a counterexample's attention weights, per head, in FX beside the real
-  (float64, unquantized) weights and their difference, from a dump (`--dump DIR`).
+  (float64, unquantized) weights and their difference, from a dump (`--dump DIR`), titled with the
+  first departure of FX from the real values (by residual row name, ``L0.out[m]``, where the
+  model names its rows).
 
 The output format follows the file name: .png or .svg.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .dump import departure_text
 from .errors import InputError
 from .tasks import canonical
 
@@ -118,7 +121,9 @@ def attention_figure(document: dict):
                     ax.text(j, i, f"{x:.2g}", ha="center", va="center", fontsize=7,
                             color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
             fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(f"{c['input']} -> {c['expected']} expected, {c['produced']} produced ({c['reason']})", fontsize=10)
+    dep = document.get("first_departure")
+    fig.suptitle(f"{c['input']} -> {c['expected']} expected, {c['produced']} produced ({c['reason']})"
+                 + (f"\nfirst departure of FX from real: {departure_text(dep)}" if dep else ""), fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -66,6 +66,7 @@ class Refutation:
     findings: list[str] = field(default_factory=list)  # scope, rounding that broke an identity, counts
     stats: dict = field(default_factory=dict)  # per method: what it tried and how long
     seconds: float = 0.0
+    residual_rows: Optional[list[str]] = None  # the model's names of its residual rows, for the dumps
 
     @property
     def exit_code(self) -> int:
@@ -411,7 +412,8 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
     deadline = deadline if deadline is not None else Deadline(timeout)
     t0 = time.monotonic()
     out = Refutation("unknown", method, problem.task.describe(), _describe(problem.model),
-                     problem.arith.describe(), [], provenance=describe_problem(problem)[2])
+                     problem.arith.describe(), [], provenance=describe_problem(problem)[2],
+                     residual_rows=problem.model.residual_rows)
     rng = random.Random(seed)
     model = _Model(problem)
     order = ["dependent", "protocol", "search"] if method == "auto" else [method]

@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 
-from .dump import first_departure
+from .dump import aligned, departure_text, first_departure, row_names
 from .errors import InputError
 from .schema import read_text
 
@@ -119,31 +119,43 @@ def _counterexample(c: dict) -> str:
     return "<h2>Counterexample</h2>" + _table(rows)
 
 
-def _fmt_row(values) -> str:
-    return " ".join(f"{x:.4g}" if isinstance(x, float) and math.isfinite(x) else str(x) for x in values)
-
-
-def _trace(trace: dict, departure: Optional[dict]) -> str:
-    rows = []
+def _trace(trace: dict, departure: Optional[dict], rows: Optional[list[str]] = None) -> str:
+    """The trace table; with the model's residual row names, each intermediate of the residual stream
+    has a header row of them, its columns aligned."""
+    out = []
     element = departure["element"] if departure else []
     marked_row = element[0] if len(element) >= 2 else 0  # a vector is shown as one row
     for name, v in trace.items():
         fx = np.atleast_2d(np.asarray(v["values"], dtype=float))
         real = None if v.get("real") is None else np.atleast_2d(np.asarray(v["real"], dtype=float))
         hit = departure is not None and departure["name"] == name
-        for i, r in enumerate(fx):
+        fx_cells = [_cells(r.tolist()) for r in fx]
+        real_cells = [["-"] if real is None else _cells(real[i].tolist()) for i in range(len(fx))]
+        names = row_names(name, fx.shape, rows)
+        if names is not None:  # pad FX and real columns alike under the names
+            lines = aligned([names] + fx_cells + [c for c in real_cells if c != ["-"]])
+            head, lines = lines[0], lines[1:]
+            fx_text, real_text = lines[:len(fx)], lines[len(fx):] or ["-"] * len(fx)
+            out.append(f'<tr class="names"><td>{_e(name)} rows</td><td class="num">{_e(head)}</td>'
+                       f'<td class="num">{_e(head if real is not None else "")}</td></tr>')
+        else:
+            fx_text, real_text = [" ".join(c) for c in fx_cells], [" ".join(c) for c in real_cells]
+        for i in range(len(fx)):
             attrs = ' class="departure" id="first-departure"' if hit and i == marked_row \
                 else (' class="departure"' if hit else "")
-            real_row = "-" if real is None else _fmt_row(real[i].tolist())
-            rows.append(f"<tr{attrs}><td>{_e(name)}{f' [{i}]' if len(fx) > 1 else ''}</td>"
-                        f'<td class="num">{_e(_fmt_row(r.tolist()))}</td><td class="num">{_e(real_row)}</td></tr>')
+            out.append(f"<tr{attrs}><td>{_e(name)}{f' [{i}]' if len(fx) > 1 else ''}</td>"
+                       f'<td class="num">{_e(fx_text[i])}</td><td class="num">{_e(real_text[i])}</td></tr>')
     head = "<tr><th>intermediate</th><th>FX value</th><th>real (float64, unquantized)</th></tr>"
-    where = ("<p>First departure (FX more than one step of the grid from the real value): "
-             f"<b>{_e(departure['name'])}</b> element {_e(departure['element'])}: FX {_e(departure['fx'])}, "
+    where = ("<p>First departure (the format's value more than one step of the grid from the real value): "
+             f"<b>{_e(departure_text(departure))}</b>: FX {_e(departure['fx'])}, "
              f"real {_e(departure['real'])}, {_e(round(departure['gap_steps'] or 0, 2))} steps apart "
              f'(<a href="#first-departure">marked below</a>).</p>' if departure else
              "<p>FX stays within one step of the real value at every intermediate.</p>")
-    return "<h2>Trace</h2>" + where + f"<table>{head}{''.join(rows)}</table>"
+    return "<h2>Trace</h2>" + where + f"<table>{head}{''.join(out)}</table>"
+
+
+def _cells(values) -> list[str]:
+    return [f"{x:.4g}" if isinstance(x, float) and math.isfinite(x) else str(x) for x in values]
 
 
 def _heat(data: np.ndarray, title: str) -> str:
@@ -216,12 +228,13 @@ def render(kind: str, doc: dict, source: str = "") -> str:
             if cexs:
                 body += _counterexample(cexs[0])
             if doc.get("trace"):
-                step = doc["arithmetic"]["step"]
-                body += _trace(doc["trace"], first_departure(doc["trace"], step=step)) + _attention(doc["trace"])
+                step, rows = doc["arithmetic"]["step"], doc.get("residual_rows")
+                body += (_trace(doc["trace"], first_departure(doc["trace"], rows=rows, step=step), rows)
+                         + _attention(doc["trace"]))
         else:
             body += "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"])
             body += f"<p>engine {_e(doc.get('engine', '?'))}</p>" + _counterexample(doc["counterexample"])
-            body += _trace(doc["trace"], doc.get("first_departure")) + _attention(doc["trace"])
+            body += _trace(doc["trace"], doc.get("first_departure"), doc.get("residual_rows")) + _attention(doc["trace"])
             body += _weights(doc.get("quantized_weights") or {})
     foot = f"<p class='note'>made by verify from {_e(source)}</p>" if source else ""
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"

@@ -76,6 +76,7 @@ class Result:
     provenance: dict = field(default_factory=dict)  # what was verified: built-in or a file, weights_sha256
     cached: bool = False  # read from the verdict cache, not decided by this process
     quantized: dict = field(default_factory=dict, repr=False)  # weight name -> codes, for the dumps
+    residual_rows: Optional[list[str]] = None  # the model's names of its residual rows, for traces
 
     @property
     def exit_code(self) -> int:
@@ -88,7 +89,8 @@ class Result:
                 "seconds": round(self.seconds, 3), "min_margin": finite_or_none(self.min_margin),
                 "tightest": self.tightest, "status": self.status, "reason": self.reason,
                 "counterexamples": [c.to_json() for c in self.counterexamples],
-                "engine_stats": self.engine_stats, "provenance": self.provenance, "cached": self.cached}
+                "engine_stats": self.engine_stats, "provenance": self.provenance, "cached": self.cached,
+                "residual_rows": self.residual_rows}
 
     @classmethod
     def from_json(cls, d: dict) -> "Result":
@@ -97,7 +99,8 @@ class Result:
         return cls(d["verdict"], d["task"], d["construction"], d["params"], d["arithmetic"], d["engine"],
                    inputs["covered"], inputs["total"], *inputs["range"], d["seconds"], d["min_margin"],
                    [Counterexample.from_json(c) for c in d["counterexamples"]], d["tightest"], d["reason"],
-                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False))
+                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False),
+                   residual_rows=d.get("residual_rows"))
 
     def summary(self) -> str:
         a = self.arithmetic

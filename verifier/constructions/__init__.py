@@ -46,18 +46,16 @@ class Construction:
 
 
 def _index_lookup(task, variant, k, eta, seed, kc):
-    return index_lookup.build(task.N, sigma=task.sigma, k=k, eta=eta, seed=seed)
+    return index_lookup.build(task.N, sigma=task.sigma, k=k, eta=eta, seed=seed, variant=variant)
 
 
 _SPARSE_THRESHOLD = Construction("sparse_threshold", sparse_threshold.THEOREM, sparse_threshold.build,
                                  sparse_threshold.VARIANTS)
 _NEAREST_NEIGHBOUR = Construction("nearest_neighbour", nearest_neighbour.THEOREM, nearest_neighbour.build,
-                                  nearest_neighbour.VARIANTS, {"literal": nearest_neighbour.UNBUILDABLE})
+                                  nearest_neighbour.VARIANTS)
 
 CONSTRUCTIONS = {
-    "index_lookup": Construction("index_lookup", index_lookup.THEOREM, _index_lookup,
-                                 {"corrected": "C.2 with W_Q as horizontal blocks, like W_K (the printed W_Q is vertical)"},
-                                 {"paper": index_lookup.UNBUILDABLE}),
+    "index_lookup": Construction("index_lookup", index_lookup.THEOREM, _index_lookup, index_lookup.VARIANTS),
     "equality": Construction("equality", equality.THEOREM, equality.build, equality.VARIANTS),
     "disjointness": _SPARSE_THRESHOLD,  # the instance I_i = {i, i+N/2}, g = AND, b = 0
     "sparse_threshold": _SPARSE_THRESHOLD,

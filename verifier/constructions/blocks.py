@@ -4,7 +4,10 @@ the two attention lemmas of Chen and Zou 2024 (arXiv:2404.01601, Appendix 10).
 As Tracr's `craft` builds a map by its action on named basis directions, a `Layout` names the row
 blocks of the residual stream (token | flag | answer | P | TB ...) and every vector and matrix is
 built from those names: `layout.copy("P", "TB")` is the value map that copies the positional rows
-into the template block, not a slice of indices.
+into the template block, not a slice of indices.  `Layout.names()` gives each row its name
+("m", "B3[2]"), which the model carries (`Model.residual_rows`) for traces and reports.  Every
+builder takes ``exact=True`` for a map whose recipe is rational: its entries are then Fractions
+(`model.is_exact`), so no float64 rounding happens on the way to the weights.
 
 Attention scores follow the paper's convention (Eq. 4): with H = [h_0 ... h_{n-1}] and
 S = ReLU(H^T W_QK H), S[a, b] = ReLU(h_a^T W_QK h_b) is how much the target position b reads the
@@ -29,6 +32,17 @@ from fractions import Fraction
 import numpy as np
 
 from ..model import Head, Layer, exact_array
+
+
+def zeros(shape, exact: bool = False) -> np.ndarray:
+    """Zeros in float64, or as exact rationals (`model.is_exact`) for a map whose recipe is rational:
+    the entries then take Fractions (and ints, or dyadic floats taken exactly) without rounding."""
+    return exact_array(np.zeros(shape, dtype=np.int64)) if exact else np.zeros(shape)
+
+
+def _entry(w, exact: bool):
+    """A weight as stored: exact (a Fraction; a float is taken exactly) in an exact map."""
+    return Fraction(w) if exact else w
 
 
 class Layout:
@@ -59,6 +73,15 @@ class Layout:
             start += size
         return out
 
+    def names(self) -> list[str]:
+        """A name per residual row: the block's name ('m'), with the coordinate for a block of more
+        than one row ('B3[2]'); a row under several blocks (an overlay) has every name, joined by '/'."""
+        names: list[list[str]] = [[] for _ in range(self.d)]
+        for block, size in self.sizes.items():
+            for i in range(size):
+                names[self.offsets[block] + i].append(block if size == 1 else f"{block}[{i}]")
+        return ["/".join(n) for n in names]
+
     def __getitem__(self, name: str) -> slice:
         return slice(self.offsets[name], self.offsets[name] + self.sizes[name])
 
@@ -68,23 +91,24 @@ class Layout:
             raise IndexError(f"block {name} has {self.sizes[name]} rows, not {i + 1}")
         return self.offsets[name] + i
 
-    def vector(self, **parts) -> np.ndarray:
+    def vector(self, exact: bool = False, **parts) -> np.ndarray:
         """A residual vector from block values: ``vector(token=onehot, flag=1.0)``."""
-        v = np.zeros(self.d)
+        v = zeros(self.d, exact)
         for name, value in parts.items():
-            v[self[name]] = value
+            v[self[name]] = exact_array(value) if exact else value
         return v
 
-    def copy(self, src: str, dst: str, scale: float = 1.0, rows: dict[int, int] | None = None) -> np.ndarray:
+    def copy(self, src: str, dst: str, scale=1.0, rows: dict[int, int] | None = None,
+             exact: bool = False) -> np.ndarray:
         """The (d, d) map that adds scale * block src into block dst: row i to row i (equal sizes), or
         by `rows` (src coordinate -> dst coordinate)."""
-        M = np.zeros((self.d, self.d))
+        M = zeros((self.d, self.d), exact)
         if rows is None:
             if self.sizes[src] != self.sizes[dst]:
                 raise ValueError(f"copy {src} -> {dst}: blocks of {self.sizes[src]} and {self.sizes[dst]} rows")
             rows = {i: i for i in range(self.sizes[src])}
         for i, j in rows.items():
-            M[self.row(dst, j), self.row(src, i)] += scale
+            M[self.row(dst, j), self.row(src, i)] += _entry(scale, exact)
         return M
 
     def form(self, *terms: tuple[str, str, np.ndarray]) -> np.ndarray:
@@ -99,21 +123,24 @@ class Layout:
 Row = dict[tuple[str, int], float]  # a combination of named residual rows {(block, i): weight}
 
 
-def matrix(layout: Layout, rows: list[Row]) -> np.ndarray:
+def matrix(layout: Layout, rows: list[Row], exact: bool = False) -> np.ndarray:
     """The (len(rows), d) map whose row r reads the combination rows[r]: a query, key or value map."""
-    W = np.zeros((len(rows), layout.d))
+    W = zeros((len(rows), layout.d), exact)
     for r, terms in enumerate(rows):
         for (block, i), w in terms.items():
-            W[r, layout.row(block, i)] += w
+            W[r, layout.row(block, i)] += _entry(w, exact)
     return W
 
 
-def relu_units(layout: Layout, layer: Layer, units: list[tuple[Row, float, Row]]) -> None:
-    """Give `layer` the FFN of ReLU units, each (input combination, bias, what it adds to which rows)."""
-    layer.W1 = matrix(layout, [terms for terms, _, _ in units])
-    layer.b1 = np.array([bias for _, bias, _ in units], dtype=np.float64)
-    layer.W2 = matrix(layout, [out for _, _, out in units]).T.copy()
-    layer.b2 = np.zeros(layout.d)
+def relu_units(layout: Layout, layer: Layer, units: list[tuple[Row, float, Row]], exact: bool = False,
+               b2: Row | None = None) -> None:
+    """Give `layer` the FFN of ReLU units, each (input combination, bias, what it adds to which rows),
+    and the output bias b2 (a combination of rows, default none)."""
+    layer.W1 = matrix(layout, [terms for terms, _, _ in units], exact)
+    layer.b1 = exact_array([bias for _, bias, _ in units]) if exact else \
+        np.array([bias for _, bias, _ in units], dtype=np.float64)
+    layer.W2 = matrix(layout, [out for _, _, out in units], exact).T.copy()
+    layer.b2 = matrix(layout, [b2 or {}], exact)[0]
 
 
 def instructive(layout: Layout, alpha: np.ndarray) -> np.ndarray:

@@ -107,6 +107,7 @@ def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=N
     model = Model(E=E, P=P, P_mask=np.ones(len(task.vocab), bool), layers=layers,
                   readout=Readout(W_U, np.zeros(C), "argmax"), vocab=list(task.vocab),
                   info={"construction": "composition", "theorem": THEOREM, "variant": variant, "depth": L,
-                        "layers": L + 1, "heads": 1, "d": Lay.d, "lambda": lam})
+                        "layers": L + 1, "heads": 1, "d": Lay.d, "lambda": lam},
+                  residual_rows=Lay.names())
     model.info["n_params"] = model.n_params()
     return model

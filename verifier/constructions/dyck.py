@@ -113,7 +113,8 @@ def _transformer(task) -> Model:
     model = Model(E=E, P=P, P_mask=np.ones(len(task.vocab), bool), layers=[layer1, layer2, layer3],
                   readout=Readout(W_U, np.array([0.5, 0.0]), "argmax", positions="all"), vocab=list(task.vocab),
                   info={"construction": "dyck22", "theorem": THEOREM, "variant": "transformer", "K": K,
-                        "gamma": GAMMA, "d": L.d, "attention_layers": 2, "layers": 3, "heads": [2, 1, 1]})
+                        "gamma": GAMMA, "d": L.d, "attention_layers": 2, "layers": 3, "heads": [2, 1, 1]},
+                  residual_rows=L.names())
     model.info["n_params"] = model.n_params()
     return model
 

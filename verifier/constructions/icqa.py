@@ -56,6 +56,7 @@ def build(task, variant: str = "paper", k=None, eta=None, seed: int = 0, kc=None
     info = {"construction": "icqa", "theorem": THEOREM, "variant": variant, "k": kk, "nq": nq, "na": na,
             "d": L.d, "heads": 1, "layers": 2}
     model = Model(E=E, P=P, P_mask=np.ones(len(task.vocab), bool), layers=[layer1, layer2],
-                  readout=Readout(W_U, np.zeros(na), "argmax"), vocab=list(task.vocab), info=info)
+                  readout=Readout(W_U, np.zeros(na), "argmax"), vocab=list(task.vocab), info=info,
+                  residual_rows=L.names())
     model.info["n_params"] = model.n_params()
     return model

@@ -96,6 +96,7 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=
     info = {"construction": "ictm", "theorem": THEOREM, "variant": variant, "k": kk, "length": l, "alphabet": X,
             "na": na, "d": L.d, "heads": f"1, 1, {2 * l}", "layers": 3}
     model = Model(E=E, P=P, P_mask=np.ones(len(task.vocab), bool), layers=layers,
-                  readout=Readout(W_U, np.zeros(na), "argmax"), vocab=list(task.vocab), info=info)
+                  readout=Readout(W_U, np.zeros(na), "argmax"), vocab=list(task.vocab), info=info,
+                  residual_rows=L.names())
     model.info["n_params"] = model.n_params()
     return model

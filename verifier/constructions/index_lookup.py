@@ -1,23 +1,46 @@
 """Index lookup with one layer and one head (Bhattamishra et al. 2024, arXiv:2406.09347, Theorem 1,
 Appendix C.2).
 
-Embeddings, d = b + 2k with b = ceil(log2 sigma) and slots R = [0, b), I = [b, b+k), P = [b+k, d):
-symbol s at position i is [rho(s), 0_k, T(i)]; the index token #p is [0_b, T(p), 0_k] and gets no
-positional vector (P_mask).  One head: W_Q = eta [0, I, 0], W_K = [0, 0, I], W_V = [I_b, 0, 0], so
-the logit of the query #p against position i is eta <T(p), T(i)> and 0 against itself.  W_O writes
-the head output z_bar into slot R.  No residual: the layer is the paper's psi(M-Att(X)).
+The residual stream is C.2's three parts, d = b + 2k (the paper: "log|Sigma| + 2k"):
+``rho`` (b rows, the symbol's binary code), ``T_index`` (k rows, the index token's T(p)) and
+``T_pos`` (k rows, the positional vector T(i)).  The paper prints:
 
-Where we depart from or complete the paper:
-* W_Q is printed eta[O; I; O] (vertical) but must be horizontal blocks like W_K.
-* rho is bit j of the symbol index (the paper leaves the binary code open).
-* The FFN the paper only describes ("a ReLU-FFN can act as a threshold function") is, per bit,
-  out_j = ReLU(2 z_j - 1/2) - ReLU(2 z_j - 3/2): 0 for z_j <= 1/4, 1 for z_j >= 3/4.
-* The readout is an argmax over symbols: score_c = sum_j (2 rho_j(c) - 1) out_j - |rho(c)|, which is
-  -||out - rho(c)||_1 on binary out, so the right symbol wins by 1.
-* eta: the paper needs eta > 2 ln(3N); by default we take eta = 2 ln(3N) itself, and W_Q holds
-  R(eta), which floor rounding puts below it.  The bound is loose (the true diagonal is 1, not 3/4),
-  and whether this is enough at a given precision is what the verifier decides.
-* T: Hadamard rows where they are no wider than random signs (see sign_vectors).
+* "x_i = [rho(s_i), 0_k, T(i)]" and "p = [0_{log|Sigma|}, T(p), 0_k]": the index token has no
+  positional vector (P_mask), and T(i) of the symbol at position i comes with the position.
+* "W_Q = eta[O; I; O], W_K = [O, O, I], W_V = [I, O, O]", so that "Q(p) = eta[T(p)] contains the
+  middle part of the input embedding, the key vectors K(x_i) = [T(i)] contain the last part ... the
+  value vectors V(x_i) = [rho(s_i)] contain the first part".  The logit of the query #p against
+  position i is eta <T(p), T(i)>, and 0 against itself ("<Q(p), K(p)> = 0").
+* "for any eta > 2 log(3N) ... the attention weight over input token x_p ... will be greater than
+  3/4"; "a ReLU-FFN can transform the vector z_bar to the vector rho(s_p)".
+
+How the maps are read.  W_Q = eta[O; I; O] stacks its blocks vertically: it is a (d, k) matrix, the
+row-vector form Q(x) = x W_Q that F.2 writes ("Q(x_i) = x_i W_Q"), and in that form it selects the
+middle part, as the sentence after it says.  W_K and W_V are printed in Section 2's column form
+(W x, blocks side by side).  The printed layer is therefore the one every sentence of C.2
+describes; we store every map in the column form of Section 2 (`verifier/model.py`), so the model's
+W_Q is the transpose of the printed one.  No residual: the layer is the paper's psi(M-Att(X)).
+
+Variants:
+
+``paper`` -- C.2 as printed, in that reading.
+  * T: "vectors of dimension k = O(log N) such that <T(i), T(j)> <= 1/4 for i != j", i.e.
+    Corollary 8.1's random signs (`sign_vectors.corollary_81`), which meet 1/4 with equality at
+    some pair: the worst case the proof covers.
+  * eta = 2 ln(3N), the bound of "for any eta > 2 log(3N)" (natural log; at this eta the printed
+    bound exp(3 eta/4) / (exp(3 eta/4) + N exp(eta/4)) is exactly 3/4).  The paper leaves the
+    value in that range open; W_Q holds R(eta) in the arithmetic.
+``corrected`` -- the same maps, with T of Hadamard rows where they are no wider than random signs
+  (`sign_vectors.sign_vectors`: exactly orthogonal, so every off-diagonal logit is 0).
+
+What both complete (the paper leaves it open):
+* rho is bit j of the symbol index ("Suppose we use a binary encoding").
+* The FFN, per bit: out_j = ReLU(2 z_j - 1/2) - ReLU(2 z_j - 3/2), which is 0 for z_j <= 1/4 and
+  1 for z_j >= 3/4 (the two cases C.2 derives).
+* The readout is an argmax over symbols: score_c = sum_j (2 rho_j(c) - 1) out_j - |rho(c)|, which
+  is -||out - rho(c)||_1 on out in [0, 1], so the right symbol wins by 1 on a binary out.
+Every map but W_Q (eta is irrational) is built in exact rationals; T too where k is a perfect
+square (1/sqrt(k) rational).
 """
 
 from __future__ import annotations
@@ -28,15 +51,17 @@ import numpy as np
 
 from ..budget import require_weights
 from ..errors import InputError
-from ..model import Head, Layer, Model, Readout
+from ..model import Head, Layer, Model, Readout, exact_array
 from ..papers import BHATTAMISHRA_2024
 from ..tasks.index_lookup import symbol_names
-from .sign_vectors import sign_vectors
+from .blocks import Layout, matrix, relu_units
+from .sign_vectors import corollary_81, sign_vectors
 
 THEOREM = BHATTAMISHRA_2024.cite("Theorem 1, Appendix C.2")
-UNBUILDABLE = ("C.2 prints W_Q = eta [O; I; O] (blocks stacked vertically) against W_K = [O, O, I]: the "
-               "query map does not have the key map's shape, so <Q x, K x'> is undefined as printed. "
-               "The only variant is 'corrected' (horizontal blocks).")
+VARIANTS = {
+    "paper": "C.2 as printed (W_Q = eta[O; I; O] in the row-vector form x W_Q), Cor 8.1 T, eta = 2 ln(3N)",
+    "corrected": "the same maps with Hadamard T (exactly orthogonal) where no wider than random signs",
+}
 
 
 def paper_eta(N: int) -> float:
@@ -44,7 +69,8 @@ def paper_eta(N: int) -> float:
     return 2.0 * math.log(3 * N)
 
 
-def build(N: int, sigma: int = 2, k: int | None = None, eta: float | None = None, seed: int = 0) -> Model:
+def build(N: int, sigma: int = 2, k: int | None = None, eta: float | None = None, seed: int = 0,
+          variant: str = "corrected") -> Model:
     if not isinstance(N, int) or N < 1:
         raise InputError(f"N must be an integer >= 1, got {N!r}")
     if k is not None and k < 1:
@@ -54,41 +80,37 @@ def build(N: int, sigma: int = 2, k: int | None = None, eta: float | None = None
     b = max(1, math.ceil(math.log2(sigma)))
     if k is not None:  # the only size a user sets directly: refuse it before building T
         require_weights(f"index_lookup with k={k}", b + 2 * k, sigma + 2 * N + 4 * k + 6 * b)
-    sv = sign_vectors(N, k, seed)
-    T = sv.T
-    k = T.shape[1]
-    d = b + 2 * k
-    require_weights(f"index_lookup at N={N}", d, sigma + 2 * N + 4 * k + 6 * b)
-    R, I, P = slice(0, b), slice(b, b + k), slice(b + k, d)
+    sv = corollary_81(N, k, seed) if variant == "paper" else sign_vectors(N, k, seed)
+    k = sv.T.shape[1]
+    L = Layout(rho=b, T_index=k, T_pos=k)
+    require_weights(f"index_lookup at N={N}", L.d, sigma + 2 * N + 4 * k + 6 * b)
     eta_value = paper_eta(N) if eta is None else float(eta)
-    rho = (np.arange(sigma)[:, None] >> np.arange(b)[None, :]) & 1  # (sigma, b)
+    T = sv.T if sv.exact is None else sv.exact
+    exact_T = sv.exact is not None
+    rho = (np.arange(sigma)[:, None] >> np.arange(b)[None, :]) & 1  # (sigma, b): bit j of the index
 
-    V = sigma + N
-    E = np.zeros((V, d))
-    E[:sigma, R] = rho
-    E[sigma:, I] = T
-    Pos = np.zeros((N + 1, d))
-    Pos[:N, P] = T  # position i (0-based) holds T(i+1); the index token takes no position
-    P_mask = np.arange(V) < sigma
+    E = np.stack([L.vector(exact=exact_T, rho=rho[s]) for s in range(sigma)]
+                 + [L.vector(exact=exact_T, T_index=T[p]) for p in range(N)])
+    Pos = np.stack([L.vector(exact=exact_T, T_pos=T[i]) for i in range(N)]  # position i holds T(i+1)
+                   + [L.vector(exact=exact_T)])  # the index token's position: never added (P_mask)
+    P_mask = np.arange(sigma + N) < sigma
 
-    eye_k = np.eye(k)
-    W_Q = np.zeros((k, d)); W_Q[:, I] = eta_value * eye_k
-    W_K = np.zeros((k, d)); W_K[:, P] = eye_k
-    W_V = np.zeros((b, d)); W_V[:, R] = np.eye(b)
-    W_O = np.zeros((d, b)); W_O[R, :] = np.eye(b)
-    W1 = np.zeros((2 * b, d)); W1[:b, R] = 2 * np.eye(b); W1[b:, R] = 2 * np.eye(b)
-    b1 = np.concatenate([np.full(b, -0.5), np.full(b, -1.5)])
-    W2 = np.zeros((d, 2 * b)); W2[R, :b] = np.eye(b); W2[R, b:] = -np.eye(b)
-    b2 = np.zeros(d)
-    W_U = np.zeros((sigma, d)); W_U[:, R] = 2 * rho - 1
-    b_U = -rho.sum(axis=1).astype(np.float64)
+    W_Q = eta_value * matrix(L, [{("T_index", j): 1} for j in range(k)])
+    W_K = matrix(L, [{("T_pos", j): 1} for j in range(k)], exact=True)
+    W_V = matrix(L, [{("rho", j): 1} for j in range(b)], exact=True)
+    W_O = W_V.T.copy()  # the head's output z_bar, written into rho
+    layer = Layer(heads=[Head(W_Q, W_K, W_V)], W_O=W_O, attention="softmax", residual=False, causal=False)
+    relu_units(L, layer, [({("rho", j): 2}, bias, {("rho", j): sign}) for bias, sign in ((-0.5, 1), (-1.5, -1))
+                          for j in range(b)], exact=True)
+    W_U = matrix(L, [{("rho", j): 2 * int(rho[c, j]) - 1 for j in range(b)} for c in range(sigma)], exact=True)
+    b_U = -rho.sum(axis=1).astype(np.int64)
 
-    layer = Layer(heads=[Head(W_Q, W_K, W_V)], W_O=W_O, attention="softmax", residual=False,
-                  causal=False, W1=W1, b1=b1, W2=W2, b2=b2)
-    info = {"construction": "index_lookup", "theorem": THEOREM, "N": N, "sigma": sigma, "b": b, "k": k,
-            "d": d, "eta": eta_value, "eta_rule": "2 ln(3N)" if eta is None else "user", "seed": seed,
+    info = {"construction": "index_lookup", "theorem": THEOREM, "variant": variant, "N": N, "sigma": sigma, "b": b,
+            "k": k, "d": L.d, "eta": eta_value, "eta_rule": "2 ln(3N)" if eta is None else "user", "seed": seed,
             "heads": 1, "layers": 1, **sv.describe()}
-    model = Model(E=E, P=Pos, P_mask=P_mask, layers=[layer], readout=Readout(W_U, b_U, "argmax"),
-                  vocab=symbol_names(sigma) + [f"#{i}" for i in range(1, N + 1)], info=info)
+    model = Model(E=E, P=Pos, P_mask=P_mask, layers=[layer], readout=Readout(W_U, exact_array(b_U), "argmax"),
+                  vocab=symbol_names(sigma) + [f"#{i}" for i in range(1, N + 1)], info=info,
+                  residual_rows=L.names())
     model.info["n_params"] = model.n_params()
     return model
+

@@ -117,7 +117,7 @@ def _model(task, L: Layout, E, P, layers, info, W_U: np.ndarray | None = None, t
     model = Model(E=E, P=P, P_mask=np.ones(len(task.vocab), bool), layers=layers,
                   readout=Readout(W_U, np.zeros(s + 1), "argmax", positions="all"), vocab=list(task.vocab),
                   info={"construction": "induction_heads", "theorem": theorem, "sigma": s, "d": L.d,
-                        "layers": 2, "heads": 1, **info})
+                        "layers": 2, "heads": 1, **info}, residual_rows=L.names())
     model.info["n_params"] = model.n_params()
     return model
 

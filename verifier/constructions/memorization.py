@@ -86,6 +86,7 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=
     info = {"construction": "memorization", "theorem": THEOREM, "variant": variant, "N": N, "alphabet": X,
             "size": C, "d": d, "heads": n, "layers": 1, "classifier": rule}
     model = Model(E=E, P=P, P_mask=np.ones(X + 1, bool), layers=[layer],
-                  readout=Readout(W_U, np.zeros(C), "argmax"), vocab=list(task.vocab), info=info)
+                  readout=Readout(W_U, np.zeros(C), "argmax"), vocab=list(task.vocab), info=info,
+                  residual_rows=out.names())
     model.info["n_params"] = model.n_params()
     return model

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
 
 import numpy as np
 
 from ..budget import require_memory
+from ..model import exact_array
 
 _TRIES = 100
 
@@ -29,6 +32,15 @@ class SignVectors:
     seed: int | None
     max_offdiag: float
     ok: bool  # the Gram condition holds
+
+    @property
+    def exact(self) -> Optional[np.ndarray]:
+        """T as exact rationals when 1/sqrt(k) is rational (k a perfect square), else None: the
+        entries +-1/sqrt(k) are then built without float64 rounding."""
+        root = math.isqrt(self.T.shape[1])
+        if root * root != self.T.shape[1]:
+            return None
+        return exact_array(np.sign(self.T).astype(np.int64)) / root
 
     def describe(self) -> dict:
         seed = {} if self.seed is None else {"T_seed": self.seed}

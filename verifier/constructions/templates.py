@@ -100,7 +100,8 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=
     info = {"construction": "template_matching", "theorem": THEOREM, "variant": variant, "length": l,
             "alphabet": X, "templates": C, "d": L.d, "heads": 1, "layers": 2}
     model = Model(E=E, P=P, P_mask=np.ones(X + 1, bool), layers=layers,
-                  readout=Readout(np.zeros((C, L.d)), np.zeros(C), "argmax"), vocab=list(task.vocab), info=info)
+                  readout=Readout(np.zeros((C, L.d)), np.zeros(C), "argmax"), vocab=list(task.vocab), info=info,
+                  residual_rows=L.names())
     if paper:  # Lemma 3 on what the printed layers compute (exactly) for one sequence of each template
         vectors = [exact.read_state(model, task.decode(int(task._offsets[t])))[-1] for t in range(C)]
         model.readout.W_U, info["classifier"] = lemma3_classifier(vectors).T, "Lemma 3 (inductive)"

@@ -91,12 +91,13 @@ class Instance:
     def s(self) -> int:
         return max([len(I) for I, _ in self.features] + [0])
 
-    def shared_g(self) -> Optional[np.ndarray]:
-        """The one g of every non-empty feature, when they all have s bits and the same g."""
-        tables = [g for I, g in self.features if I]
-        if all(len(g) == 1 << self.s and np.array_equal(g, tables[0]) for g in tables):
-            return tables[0] if tables else np.zeros(1 << self.s, dtype=np.int64)
-        return None
+    def g_by_size(self) -> Optional[dict[int, np.ndarray]]:
+        """The one g of each feature size |I| >= 1, when all features of a size share their g; else None."""
+        tables: dict[int, np.ndarray] = {}
+        for I, g in self.features:
+            if I and not np.array_equal(tables.setdefault(len(I), g), g):
+                return None
+        return tables
 
     def to_json(self) -> dict:
         return {"b": self.b, "features": [{"I": list(I), "g": g.tolist()} for I, g in self.features]}
