@@ -287,7 +287,7 @@ def test_first_departure_names_a_residual_row():
     assert dep["at"] == "L0.out[m]" and dep["row"] == "m" and dep["element"] == [0, 2]
     assert "at" not in first_departure(table, 4)  # a model without names keeps indices
     text = format_trace(table, ["c0", "c1", "m"], 2.0 ** -4)
-    assert text.splitlines()[0].startswith("first departure (FX more than one step from real): L0.out[m]")
+    assert text.splitlines()[0].startswith("first departure (the format more than one step from real): L0.out[m]")
     lines = text.splitlines()
     after = {line.split()[0]: lines[i + 1].split()[0] for i, line in enumerate(lines) if "  shape " in line}
     assert after == {"embed": "rows", "L0.H0.q": "[0]", "L0.out": "rows"}
