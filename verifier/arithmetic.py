@@ -39,8 +39,10 @@ class Ctx:
     """Saturation bookkeeping for one evaluation (used when ``overflow = error``).
 
     ``ovf`` has the batch shape: the leading axes that every tensor of the call shares (inputs
-    for a batch, table rows for partial evaluation).  With ``locate``, the first saturated
-    coordinate of each event is kept as a readable location, for traces.
+    for a batch, table rows for partial evaluation; the evaluator adds positions, so that a
+    saturation fails only the answers that depend on it).  With ``locate``, the first saturated
+    coordinate of each event is kept as a readable location, for traces; over (inputs, positions),
+    one for each position, whose index is kept in ``at``.
     """
 
     def __init__(self, batch_shape: tuple, track: bool, locate: bool = False):
@@ -48,6 +50,7 @@ class Ctx:
         self.locate = locate
         self.ovf = np.zeros(batch_shape, dtype=bool)
         self.where: list[str] = []
+        self.at: list[Optional[int]] = []  # per `where` entry: its position (a context over positions)
 
     def note(self, name: str, saturated: np.ndarray) -> None:
         if not self.track:
@@ -56,8 +59,16 @@ class Ctx:
         hit = saturated.reshape(saturated.shape[:nd] + (-1,)).any(-1) if saturated.ndim > nd else saturated
         self.ovf |= hit
         if self.locate and hit.any():
+            if nd == 2:
+                for i in np.flatnonzero(hit.any(0)):
+                    b = np.flatnonzero(hit[:, i])[0]
+                    first = np.argwhere(saturated[b, i])[0] if saturated.ndim > 2 else []
+                    self.where.append(f"{name}[{','.join(str(int(k)) for k in (i, *first))}]")
+                    self.at.append(int(i))
+                return
             first = np.argwhere(saturated)[0][nd:]
             self.where.append(f"{name}[{','.join(str(int(i)) for i in first)}]")
+            self.at.append(None)
 
 
 @dataclass(frozen=True)

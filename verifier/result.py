@@ -71,6 +71,7 @@ class Result:
     status: str = "complete"  # complete | partial (a range) | timeout | interrupted | incomplete (solver)
     provenance: dict = field(default_factory=dict)  # what was verified: built-in or a file, weights_sha256
     cached: bool = False  # read from the verdict cache, not decided by this process
+    checked: Optional[dict] = None  # `tasks.base.Checked` as JSON: the inputs judged among those covered
     quantized: dict = field(default_factory=dict, repr=False)  # weight name -> codes, for the dumps
 
     @property
@@ -80,7 +81,8 @@ class Result:
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "task": self.task, "construction": self.construction,
                 "params": self.params, "arithmetic": self.arithmetic, "engine": self.engine,
-                "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop]},
+                "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop],
+                           "checked": self.checked},
                 "seconds": round(self.seconds, 3), "min_margin": finite_or_none(self.min_margin),
                 "tightest": self.tightest, "status": self.status, "reason": self.reason,
                 "counterexamples": [c.to_json() for c in self.counterexamples],
@@ -93,7 +95,7 @@ class Result:
         return cls(d["verdict"], d["task"], d["construction"], d["params"], d["arithmetic"], d["engine"],
                    inputs["covered"], inputs["total"], *inputs["range"], d["seconds"], d["min_margin"],
                    [Counterexample.from_json(c) for c in d["counterexamples"]], d["tightest"], d["reason"],
-                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False))
+                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False), inputs.get("checked"))
 
     def summary(self) -> str:
         a = self.arithmetic
@@ -114,11 +116,18 @@ class Result:
             lines.append(f"  weights     sha256 {pv['weights_sha256']}" + (f"; {says} (not checked): {claims}"
                                                                           if claims else ""))
         share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
-        lines.append(f"  inputs      {count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
+        ck = self.checked or {}
+        dropped = self.covered - ck["inputs"] if "inputs" in ck else 0
+        lines.append((f"  inputs      {count_text(ck['inputs'])} checked: " if dropped else "  inputs      ")
+                     + f"{count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
                      + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
+                     + (f"; {count_text(dropped)} of them not inputs of the task" if dropped else "")
                      + f") by engine {self.engine}"
                      + (f" on {self.engine_stats['cluster']}" if "cluster" in self.engine_stats else "")
                      + f" in {self.seconds:.2f} s")
+        if ck.get("positions") is not None and ck["positions"] < ck["of_positions"]:
+            lines.append(f"  positions   {ck['positions']:,} of the {ck['of_positions']:,} positions read have an "
+                         f"answer and were judged; the others need no answer")
         if "auto" in self.engine_stats:
             lines.append(f"  engine      chosen by auto: {self.engine_stats['auto']}")
         if self.cached:
