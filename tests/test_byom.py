@@ -211,7 +211,8 @@ def test_a_prediction_outside_the_tasks_classes_is_a_failure(ref):
     model.readout.b_U[:] = [0.0, 0.0, 1.0]  # the third row always wins
     model.readout.rows = ["a", "b", "EOS"]
     result = verifier.run(verifier.build_problem(task, p=8, model=model), "exhaustive")
-    assert result.verdict == "refuted" and result.counterexamples[0].produced == "<2>"
+    assert result.verdict == "refuted" and result.counterexamples[0].produced == "EOS"  # the row by its name
+    assert "got EOS" in result.summary()
     assert result.summary().startswith("REFUTED: user model on reference N=1")  # a model in memory, by that name
 
 

@@ -8,6 +8,7 @@
 
 from .api import Traced, build_problem, check_compatible, explain, prove, replay, run
 from .arithmetic import FixedPoint, Real
+from .count import ErrorCount, count_errors
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, reference, trace
 from .model import Head, Layer, Model, Readout, load_model, save_model
@@ -15,4 +16,4 @@ from .result import Counterexample, Result
 
 __all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "FixedPoint", "Real", "InputError",
            "InternalError", "Evaluator", "reference", "trace", "Head", "Layer", "Model", "Readout", "load_model",
-           "save_model", "Counterexample", "Result"]
+           "save_model", "Counterexample", "Result", "ErrorCount", "count_errors"]

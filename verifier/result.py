@@ -49,6 +49,14 @@ class Counterexample:
         at = f"at position {self.position}: " if self.position is not None else ""
         return f"{at}expected {self.expected}, got {self.produced}"
 
+    def line(self) -> str:
+        """The counterexample as a summary line: the input, the claim, why it fails (where it
+        saturated), its margin, and what the unquantized model answers."""
+        real = (f"; the unquantized model answers {self.real_produced} (margin {self.real_margin:.4g})"
+                if self.real_produced is not None else "")
+        ovf = f" at {', '.join(self.overflow_at)}" if self.overflow_at else ""
+        return f"counterexample #{self.index}: {self.input} -> {self.claim} ({self.reason}{ovf}, margin {self.margin:g}){real}"
+
 
 @dataclass
 class Result:
@@ -143,9 +151,15 @@ class Result:
                          f"{st['solver_seconds']:.2f} s")
         if "boxes" in st:
             margin = st["certified_margin"]
+            if margin is None:
+                certified = ""
+            elif self.verdict == "proved":
+                certified = f"; every margin >= {margin:g} (certified)"
+            else:  # the boxes decided correct before the run stopped, not every input
+                certified = f"; on the boxes decided correct, every margin >= {margin:g} (certified)"
             lines.append(f"  bounds      {st['cases']:,} case splits: {st['boxes']:,} boxes bounded, branching depth "
                          f"<= {st['max_depth']}, {st['leaves']:,} small boxes split into their {st['leaf_inputs']:,} inputs"
-                         + (f"; every margin >= {margin:g} (certified)" if margin is not None else ""))
+                         + certified)
         if "reachable_pairs" in st:
             closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"
                       if st["every_length"] else f"explored to length {st['lengths_explored']}")
@@ -162,12 +176,7 @@ class Result:
             lines.append(f"  min margin  {self.min_margin:g}{where}")
         if self.reason:
             lines.append(f"  unknown     {self.reason}")
-        for c in self.counterexamples:
-            real = (f"; the unquantized model answers {c.real_produced} (margin {c.real_margin:.4g})"
-                    if c.real_produced is not None else "")
-            ovf = f" at {', '.join(c.overflow_at)}" if c.overflow_at else ""
-            lines.append(f"  counterexample #{c.index}: {c.input} -> {c.claim} "
-                         f"({c.reason}{ovf}, margin {c.margin:g}){real}")
+        lines += [f"  {c.line()}" for c in self.counterexamples]
         return "\n".join(lines)
 
 
