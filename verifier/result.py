@@ -126,11 +126,14 @@ class Result:
         share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
         ck = self.checked or {}
         dropped = self.covered - ck["inputs"] if "inputs" in ck else 0
-        lines.append((f"  inputs      {count_text(ck['inputs'])} checked: " if dropped else "  inputs      ")
-                     + f"{count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
-                     + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
-                     + (f"; {count_text(dropped)} of them not inputs of the task" if dropped else "")
-                     + f") by engine {self.engine}"
+        ranged = f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else ""
+        if dropped:  # members without an answer (or filtered out) are covered, not checked
+            what = (f"{count_text(ck['inputs'])} checked: {count_text(self.covered)} of {count_text(self.total)} "
+                    f"covered ({share.replace(' of', '')}{ranged}), {count_text(dropped)} of them not inputs of the "
+                    f"task;")
+        else:
+            what = f"{count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs{ranged})"
+        lines.append(f"  inputs      {what} by engine {self.engine}"
                      + (f" on {self.engine_stats['cluster']}" if "cluster" in self.engine_stats else "")
                      + f" in {self.seconds:.2f} s")
         if ck.get("positions") is not None and ck["positions"] < ck["of_positions"]:
