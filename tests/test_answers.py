@@ -119,6 +119,8 @@ def test_a_run_that_checked_nothing_is_never_proved(capsys, tmp_path):
     model = random_model(np.random.default_rng(1), task.vocab, task.max_len, C=2, readout="argmax")
     with pytest.raises(InputError, match="nothing was checked"):
         verifier.run(Problem(task, model, verifier.FixedPoint(8)), "exhaustive")
+    with pytest.raises(InputError, match="nothing was counted"):
+        count_errors(Problem(task, model, verifier.FixedPoint(8)), "exact")
     with pytest.raises(InputError, match="gives no answer on any string"):
         ReferenceTask(2, lambda w: None, AB, classes="a,b")
     with pytest.raises(InputError, match="gives no answer on any string"):

@@ -161,6 +161,9 @@ def count_errors(problem: Problem, method: str = "auto", *, samples: Optional[in
     ev = make_evaluator(problem.model, problem.arith)
     if method == "exact":
         picked = _exact(problem, ev, replays, seed, workers, deadline, out)
+        if out.status == "complete" and not out.inputs:  # as for a verdict: counting nothing is no count
+            raise InputError(f"nothing was counted: none of the {count_text(total)} members of {problem.task.name}'s "
+                             f"enumeration is an input with an answer")
     else:
         picked = _sampled(problem, ev, samples, seed, confidence, deadline, out)[:replays]
     generic = make_evaluator(problem.model, problem.arith, tables=False)
