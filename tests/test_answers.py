@@ -75,10 +75,14 @@ def test_a_position_without_an_answer_is_not_judged_and_a_string_without_any_is_
         result = verifier.run(problem, engine, max_counterexamples=100)
         assert result.verdict == "refuted" and {c.index for c in result.counterexamples} <= expected
         assert all(c.position >= 1 and c.expected == "b" for c in result.counterexamples)
-    # judged on the other positions only: it is wrong at position 0 of every input, which no one asks
-    ok = verifier.run(verifier.build_problem(ReferenceTask(3, lambda w: [None] + ["a"] * (len(w) - 1), AB,
-                                                           classes="a,b"), p=8, model=constant_model(AB, 3, answer=1)))
-    assert ok.verdict == "refuted"
+    # the judge: a wrong answer, a tie or a saturation at a position without an answer fails nothing
+    ev = make_evaluator(problem.model, problem.arith)
+    out = ev.forward(np.array([[0, 1]]))
+    out.pred[:] = [[1, 0]]
+    out.tie[:] = [[True, False]]
+    out.ovf_at = np.array([[True, False]])
+    assert not ev.judge(out, np.array([[NO_ANSWER, 0]])).failed[0]
+    assert ev.judge(out, np.array([[0, 0]])).failed[0]
     right = verifier.run(verifier.build_problem(ReferenceTask(3, lambda w: [None] + ["a"] * (len(w) - 1), AB,
                                                               classes="a,b"), p=8, model=constant_model(AB, 3)))
     assert right.verdict == "proved" and right.checked == {"inputs": 12, "positions": 20, "of_positions": 32}
