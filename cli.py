@@ -25,6 +25,7 @@ from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
 from verifier.cluster import Cluster
 from verifier.certificates import Certificate, find_certificate, save as save_certificate, why_none
 from verifier.constructions import CONSTRUCTIONS
+from verifier.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
 from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
 from verifier.engines import ENGINES
 from verifier.solvers import CHOICES as SOLVER_CHOICES
@@ -824,6 +825,46 @@ def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_pa
         click.echo(result.summary())
         for d in dumps:
             click.echo(f"  dumped      {d}")
+    return result.exit_code
+
+
+@cli.command("count")
+@click.argument("task_name")
+@SIZE
+@task_option_flags(ALL_TASK_OPTIONS)
+@arithmetic_options
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
+              help="The model file (default: the built-in construction).")
+@construction_options(("variant", "eta", "seed"))
+@click.option("--method", type=click.Choice(COUNT_METHODS), default="auto", show_default=True,
+              help=f"exact: evaluate every input; sample: uniform draws; auto: exact up to {EXACT_LIMIT:,} members.")
+@click.option("--samples", type=int, default=None, help=f"Uniform draws of a sampled count [default: {SAMPLES:,}].")
+@click.option("--confidence", type=NUMBER, default=0.95, show_default=True,
+              help="Confidence of a sampled count's Clopper-Pearson interval.")
+@click.option("--sample-seed", "sample_seed", type=int, default=0, show_default=True,
+              help="Seed of the draws and of the failures replayed.")
+@click.option("--replay", "replays", type=int, default=REPLAY, show_default=True,
+              help="Failures replayed on the evaluator's generic path.")
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds for the whole count (an exact count stops "
+                                                            "early with a prefix).")
+@click.option("--workers", type=int, default=None, help="Processes (default: both cores for large spaces).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, variant, eta, seed, method, samples,
+              confidence, sample_seed, replays, timeout, workers, as_json, **options):
+    """How often is the model wrong: its FX errors over the task, counted exactly (every input) or
+    estimated from uniform draws with a Clopper-Pearson interval, a sample of the failures replayed
+    (docs/count.md).  Exit 1 when an error was found, 0 when an exact count found none, 3 otherwise."""
+    deadline = Deadline(timeout)
+    model = verifier.load_model(model_path) if model_path else None
+    construction = dict(variant=variant, eta=eta, seed=seed) if model is None else {}
+    if model is not None and (variant, eta) != (None, None):
+        raise InputError("--variant and --eta set a built-in construction's parameters; they do not apply to --model")
+    problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
+                                     accumulate=accumulate, model=model, **construction,
+                                     **{key: v for key, v in options.items() if v is not None})
+    result = count_errors(problem, method, samples=samples, seed=sample_seed, confidence=confidence, replays=replays,
+                          workers=workers, deadline=deadline)
+    click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.summary())
     return result.exit_code
 
 

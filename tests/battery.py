@@ -9,6 +9,9 @@ not).  `decide_all` then requires, with zero tolerance:
 * enumeration (the exhaustive engine) and the independent reference of tests/reference.py
   (Fractions, mpmath, plain loops) fail on exactly the same inputs (for a task that is a list of
   examples, these two are the engines that can run it);
+* the tasks include the user's own (a reference function, a dataset file), with answers at every
+  position where some positions need none (not judged, and a saturation that feeds only them is
+  no failure), and models with a BOS token read at every position;
 * for every case split, the SMT formula (bit-vectors) holds at every input enumeration says fails,
   and z3 finds a failing input exactly when enumeration does, and only one that fails (a solve
   that takes more than SOLVE_SECONDS is counted as unknown, never as agreement);
@@ -21,6 +24,11 @@ not).  `decide_all` then requires, with zero tolerance:
 """
 
 from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import replace
 
 import numpy as np
 
@@ -38,14 +46,16 @@ from verifier.engines.smt import Smt
 from verifier.engines.reach import Reach
 from verifier.evaluator import make_evaluator
 from verifier.model import Readout, Recurrent
-from verifier.tasks import make_task
+from verifier.tasks import DatasetTask, ReferenceTask, make_task
+from verifier.tasks.base import NO_ANSWER
+from verifier.tasks.bos import WithBos
 
 from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
 from reference import RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 SOLVE_SECONDS = 15.0
 KINDS = ("construction", "random-idxl", "lookup-argmax", "lookup-threshold", "boolean", "retrieval", "extreme",
-         "degenerate", "sequence", "recurrent")
+         "degenerate", "sequence", "recurrent", "user-reference", "user-dataset", "bos-sequence")
 
 
 def _small_task(rng: np.random.Generator, i: int):
@@ -102,6 +112,8 @@ def battery_problem(i: int, grid: bool = False) -> Problem:
     if grid:
         fx = random_grid(i, fx)
     kind = KINDS[i % len(KINDS)]
+    if kind in ("user-reference", "user-dataset", "bos-sequence"):
+        return _user_problem(rng, i, kind, fx)
     if kind == "construction":  # a perturbed index-lookup construction: sometimes still correct
         N = int(rng.integers(1, 5))
         model = build_idxl(N, eta=float(rng.uniform(0.5, 8)))
@@ -139,6 +151,63 @@ def battery_problem(i: int, grid: bool = False) -> Problem:
     return Problem(task, model, fx)
 
 
+def _user_problem(rng: np.random.Generator, i: int, kind: str, fx: Fixed) -> Problem:
+    """A task of the user's own, or a built-in sequence task, read by a random model, often through
+    a BOS token.  Answers at every position (most of the time) with some positions needing none;
+    a sequence read after BOS under overflow = error one time in two."""
+    bos = kind == "bos-sequence" or rng.random() < 0.5
+    if kind == "bos-sequence":
+        task = (make_task("dyck22", int(rng.integers(1, 3))) if rng.random() < 0.5 else
+                make_task("induction_heads", int(rng.integers(1, 4)), sigma=2))
+        if rng.random() < 0.5:
+            fx = replace(fx, overflow="error")
+    else:
+        task = _user_task(rng, i, kind, per_position=rng.random() < 0.7)
+    vocab = list(task.vocab) + (["<s>"] if bos else [])
+    model = random_model(rng, vocab, task.max_len + bos, C=task.num_classes, readout="argmax")
+    model.readout.positions = "all" if task.per_position else "last"
+    model.bos = "<s>" if bos else None
+    return Problem(WithBos(task, "<s>") if bos else task, model, fx)
+
+
+def _user_task(rng: np.random.Generator, i: int, kind: str, per_position: bool):
+    """A reference function or a dataset file over 2-3 tokens, up to length 3: the answer at position
+    j is a table of the first token and the token at j, with none at random (lengths, positions,
+    tokens) and, half the time, none at position 0 (as Tracr's shift_by)."""
+    V, N = int(rng.integers(2, 4)), int(rng.integers(1, 4))
+    vocab = [f"t{j}" for j in range(V)]
+    classes = ["x", "y", "z"][:int(rng.integers(2, 4))]
+    table = rng.integers(0, len(classes), size=(V, V))
+    none = rng.random((N, N, V)) < rng.choice([0.0, 0.3, 0.6])
+    none[:, 0, :] |= rng.random() < 0.5
+
+    def reference(words: list[str]):
+        ids = [vocab.index(w) for w in words]
+        n = len(ids)
+        answers = [None if none[n - 1, j, t] else classes[table[ids[0], t]] for j, t in enumerate(ids)]
+        return answers if per_position else answers[-1]
+
+    if kind == "user-reference":
+        try:
+            return ReferenceTask(N, reference, vocab)
+        except verifier.InputError:  # no answer at all: a task with answers everywhere instead
+            none[:] = False
+            return ReferenceTask(N, reference, vocab)
+    key = "answers" if per_position else "answer"
+    lines = [{"input": [vocab[t] for t in ids], key: reference([vocab[t] for t in ids])}
+             for n in range(1, N + 1) for ids in np.ndindex(*(V,) * n) if rng.random() < 0.6]
+    lines = [line for line in lines if line[key] is not None]  # a file gives no null for a whole answer
+    if not any(a is not None for line in lines for a in (line[key] if per_position else [line[key]])):
+        lines = [{"input": [vocab[0]], key: [classes[0]] if per_position else classes[0]}]
+    path = os.path.join(tempfile.gettempdir(), f"verify-battery-{os.getpid()}-{i}.jsonl")
+    with open(path, "w") as fh:
+        fh.write("".join(json.dumps(line) + "\n" for line in lines))
+    try:
+        return DatasetTask(N, path, ",".join(vocab))
+    finally:
+        os.remove(path)  # the task holds the file's inputs
+
+
 def _random_recurrent(rng: np.random.Generator, task, fx: Fixed) -> Recurrent:
     """Random weights, or for Dyck-(2,2) sometimes the automaton network with a few weights moved."""
     if task.name == "dyck22" and rng.random() < 0.5:
@@ -166,10 +235,12 @@ def reference_failures(problem: Problem) -> set:
     for batch in task.batches(0, task.total, 512):
         for row, answer in zip(batch.tokens, batch.expected):
             tokens = [int(t) for t in row]
-            y, ovf = ref_recurrent(model, ref, tokens) if recurrent else ref_forward(model, ref, tokens, q)
-            ys, answers = (y, answer) if task.per_position else ([y], [answer])
-            wrong = any(pred != a or tie for (pred, tie), a in zip((ref_answer(model, ref, v) for v in ys), answers))
-            if wrong or (ovf and fx.overflow == "error"):
+            y, ovf = (ref_recurrent(model, ref, tokens, per_answer=True) if recurrent else
+                      ref_forward(model, ref, tokens, q, per_answer=True))
+            ys, answers, ovfs = (y, answer, ovf) if task.per_position else ([y], [answer], [ovf])
+            # an answer is judged where the task gives one (NO_ANSWER: none is required there)
+            if any(a != NO_ANSWER and (pred != a or tie or (o and fx.overflow == "error"))
+                   for (pred, tie), a, o in zip((ref_answer(model, ref, v) for v in ys), answers, ovfs)):
                 failing.add(tuple(tokens))
     return failing
 

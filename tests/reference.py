@@ -143,19 +143,21 @@ def quantize_model(model, fx: RefFX) -> dict:
     return q
 
 
-def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> tuple[list, bool]:
+def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None,
+                per_answer: bool = False) -> tuple[list, bool | list[bool]]:
     """Readout codes at the last position (at every position, a list per position, for a readout
-    at every position) and whether anything the input uses saturated (overflow).
-    `q`: the model quantized by `quantize_model` (computed here when not given)."""
+    at every position) and whether anything the answers depend on saturated (overflow); with
+    `per_answer`, that flag for each answer.  A value's flag is its own saturations or its
+    inputs' (dataflow, one value at a time): the BOS position's own output, read by no answer,
+    fails none.  `q`: the model quantized by `quantize_model` (computed here when not given)."""
     q = q or quantize_model(model, fx)
-    fx.ovf = q["other_sat"]
     E, P = q["E"], q["P"]
     L = len(tokens)
-    X = []
+    X = []  # (vector, did anything it depends on saturate)
     for i, t in enumerate(tokens):
         takes_position = bool(model.P_mask[t])
-        fx.ovf |= q["E_sat"][t] or (takes_position and q["P_sat"][i])
-        X.append([fx.sat(E[t][j] + (P[i][j] if takes_position else 0)) for j in range(model.d)])
+        fx.ovf = q["E_sat"][t] or (takes_position and q["P_sat"][i])
+        X.append(([fx.sat(E[t][j] + (P[i][j] if takes_position else 0)) for j in range(model.d)], fx.ovf))
     every = model.readout.positions == "all"
     for li, layer in enumerate(model.layers):
         final = li == len(model.layers) - 1
@@ -164,11 +166,12 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
         new_X = []
         for i in qpos:
             keys = [j for j in range(L) if not layer.causal or j <= i]
+            fx.ovf = X[i][1] or any(X[j][1] for j in keys)
             outs = []
             for WQ, WK, WV, bQ, bK, bV in ql["heads"]:
-                qv = [fx.dot(row, X[i], b) for row, b in zip(WQ, bQ or [None] * len(WQ))]
-                ks = [[fx.dot(row, X[j], b) for row, b in zip(WK, bK or [None] * len(WK))] for j in keys]
-                vs = [[fx.dot(row, X[j], b) for row, b in zip(WV, bV or [None] * len(WV))] for j in keys]
+                qv = [fx.dot(row, X[i][0], b) for row, b in zip(WQ, bQ or [None] * len(WQ))]
+                ks = [[fx.dot(row, X[j][0], b) for row, b in zip(WK, bK or [None] * len(WK))] for j in keys]
+                vs = [[fx.dot(row, X[j][0], b) for row, b in zip(WV, bV or [None] * len(WV))] for j in keys]
                 s = [fx.dot(qv, k) for k in ks]
                 w = fx.softmax(s) if layer.attention == "softmax" else [max(0, x) for x in s]
                 outs.append([fx.dot(w, [v[c] for v in vs]) for c in range(len(WV))])
@@ -178,41 +181,45 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None) -> t
                 H = len(outs)
                 heads = [fx.R(fx.val(Fraction(sum(o[c] for o in outs), H))) for c in range(len(outs[0]))]
             A = [fx.dot(row, heads, b) for row, b in zip(ql["W_O"], ql["b_O"] or [None] * len(ql["W_O"]))]
-            x = [fx.sat(a + b) for a, b in zip(X[i], A)] if layer.residual else A
+            x = [fx.sat(a + b) for a, b in zip(X[i][0], A)] if layer.residual else A
             if layer.has_ffn:
                 W1, b1, W2, b2 = ql["ffn"]
                 h = [max(0, fx.dot(row, x, b)) for row, b in zip(W1, b1)]
                 F = [fx.dot(row, h, b) for row, b in zip(W2, b2)]
                 x = [fx.sat(a + b) for a, b in zip(x, F)] if layer.residual else F
-            new_X.append(x)
+            new_X.append((x, fx.ovf))
         X = new_X
     WU, bU = q["U"]
     if every and model.bos is not None:  # the BOS position's own output is not read
         X = X[1:]
-    ys = [[fx.dot(row, x, b) for row, b in zip(WU, bU)] for x in X]
-    return (ys if every else ys[-1]), fx.ovf
+    ys, flags = [], []
+    for x, sat in X:
+        fx.ovf = sat or q["other_sat"]
+        ys.append([fx.dot(row, x, b) for row, b in zip(WU, bU)])
+        flags.append(fx.ovf)
+    return (ys if every else ys[-1]), (flags if every else flags[-1]) if per_answer else any(flags)
 
 
-def ref_recurrent(model, fx: RefFX, tokens: list[int]) -> tuple[list, bool]:
-    """A `Recurrent` model, step by step: readout codes per step (or at the last) and overflow."""
-    fx.ovf = False
-    Q = {}
+def ref_recurrent(model, fx: RefFX, tokens: list[int], per_answer: bool = False) -> tuple[list, bool | list[bool]]:
+    """A `Recurrent` model, step by step: readout codes per step (or at the last) and overflow (as
+    `ref_forward`: with `per_answer`, per answer; a step feeds the answers at it and after it)."""
+    Q, other = {}, False
     for name, arr in model.named_arrays().items():
         codes, sat = quantize(fx, arr)
         Q[name] = codes
-        if sat and (name != "R.U"):
-            fx.ovf = True
-    for t in tokens:
-        _, sat = quantize(fx, model.U[t])
-        fx.ovf |= sat
+        other |= sat and name != "R.U"
     every = model.readout.positions == "all"
-    h, ys = Q["R.h0"], []
+    h, ys, flags, state = Q["R.h0"], [], [], other
     for i, t in enumerate(tokens):
+        _, row_sat = quantize(fx, model.U[t])
+        fx.ovf = state or row_sat
         a = [fx.dot(row, h, b) for row, b in zip(Q["R.W"], Q["R.b"])]
         h = [max(0, fx.sat(x + u)) for x, u in zip(a, Q["R.U"][t])]
+        state = fx.ovf
         if every or i == len(tokens) - 1:  # the readout is computed only where it is read
             ys.append([fx.dot(row, h, b) for row, b in zip(Q["U.W"], Q["U.b"])])
-    return (ys if every else ys[-1]), fx.ovf
+            flags.append(fx.ovf)
+    return (ys if every else ys[-1]), (flags if every else flags[-1]) if per_answer else any(flags)
 
 
 def ref_answer(model, fx: RefFX, y: list[int]) -> tuple[int, bool]:

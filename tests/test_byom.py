@@ -20,6 +20,7 @@ from verifier.errors import InputError
 from verifier.importers.safetensors import read_tensors, write_safetensors
 from verifier.model import load_model, save_model, weights_sha256
 from verifier.tasks import make_task
+from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
 
 from helpers import add_biases, random_model, tracr_outputs
@@ -195,10 +196,10 @@ def reference_failures(problem: Problem) -> set[int]:
     for index in range(task.total):
         tokens = task.decode(index)
         truth = np.atleast_1d(task.answer(tokens))
-        ys, overflow = ref_forward(model, ref, [int(t) for t in tokens], q)
-        ys = ys if task.per_position else [ys]
-        wrong = [ref_answer(model, ref, y) != (int(t), False) for y, t in zip(ys, truth)]
-        if any(wrong) or (overflow and fx.overflow == "error"):
+        ys, overflow = ref_forward(model, ref, [int(t) for t in tokens], q, per_answer=True)
+        ys, overflow = (ys, overflow) if task.per_position else ([ys], [overflow])
+        if any(t != NO_ANSWER and (ref_answer(model, ref, y) != (int(t), False) or (o and fx.overflow == "error"))
+               for y, t, o in zip(ys, truth, overflow)):
             failing.add(index)
     return failing
 
@@ -210,7 +211,8 @@ def test_a_prediction_outside_the_tasks_classes_is_a_failure(ref):
     model.readout.b_U[:] = [0.0, 0.0, 1.0]  # the third row always wins
     model.readout.rows = ["a", "b", "EOS"]
     result = verifier.run(verifier.build_problem(task, p=8, model=model), "exhaustive")
-    assert result.verdict == "refuted" and result.counterexamples[0].produced == "<2>"
+    assert result.verdict == "refuted" and result.counterexamples[0].produced == "EOS"  # the row by its name
+    assert "got EOS" in result.summary()
     assert result.summary().startswith("REFUTED: user model on reference N=1")  # a model in memory, by that name
 
 

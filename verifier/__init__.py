@@ -10,6 +10,7 @@
 
 from .api import Traced, build_problem, check_compatible, explain, prove, replay, run
 from .arithmetic import Fixed, FixedPoint, Grid, Real, make_format
+from .count import ErrorCount, count_errors
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, reference, trace
 from .model import Head, Layer, Model, Readout, load_model, save_model
@@ -18,4 +19,4 @@ from .result import Counterexample, Result
 __all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "Fixed", "FixedPoint", "Grid", "Real",
            "make_format", "InputError",
            "InternalError", "Evaluator", "reference", "trace", "Head", "Layer", "Model", "Readout", "load_model",
-           "save_model", "Counterexample", "Result"]
+           "save_model", "Counterexample", "Result", "ErrorCount", "count_errors"]

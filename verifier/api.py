@@ -28,6 +28,7 @@ from .model import Model, Recurrent, weights_sha256
 from .result import Counterexample, Result
 from .sample_check import sample_check
 from .tasks import Task, canonical, make_task
+from .tasks.base import NO_ANSWER
 from .tasks.bos import WithBos
 
 MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
@@ -136,7 +137,8 @@ def _names(names: list[str]) -> str:
 
 def _rows_in_class_order(model: Model | Recurrent, task) -> Model | Recurrent:
     """The model with its readout rows reordered: row c is the task's class c (found by name), the
-    rows that name no class follow.  Reordering rows of W_U and b_U changes no score."""
+    rows that name no class follow (and keep their names, `answer_name`).  Reordering rows of W_U
+    and b_U changes no score."""
     ro = model.readout
     classes = [task.answer_name(c) for c in range(task.num_classes)]
     missing = [c for c in classes if c not in ro.rows]
@@ -144,8 +146,17 @@ def _rows_in_class_order(model: Model | Recurrent, task) -> Model | Recurrent:
         raise InputError(f"the model's readout rows ({_names(ro.rows)}) have no row for {task.name}'s "
                          f"answer{'s' if len(missing) > 1 else ''} {_names(missing)}")
     order = [ro.rows.index(c) for c in classes] + [r for r, name in enumerate(ro.rows) if name not in classes]
-    readout = replace(ro, W_U=ro.W_U[order], b_U=ro.b_U[order], rows=None)
+    readout = replace(ro, W_U=ro.W_U[order], b_U=ro.b_U[order], rows=[ro.rows[r] for r in order])
     return replace(model, readout=readout)
+
+
+def answer_name(problem: Problem, answer: int) -> str:
+    """An answer by name: the task's class, or a readout row beyond the task's classes by the name
+    the model gives it (`readout.rows`)."""
+    rows = problem.model.readout.rows
+    if rows is not None and problem.task.num_classes <= answer < len(rows):
+        return rows[answer]
+    return problem.task.answer_name(answer)
 
 
 def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1, timeout: Optional[float] = None,
@@ -187,6 +198,10 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     seconds = time.monotonic() - t0
     if status == "complete" and not whole and not cexs:
         status = "partial"
+    checked = _checked(problem, er, status == "complete" and whole and not er.found)
+    if checked is not None and checked.inputs == 0 and status == "complete" and not cexs:
+        raise InputError(f"nothing was checked: none of the {stop - start:,} members of {problem.task.name}'s "
+                         f"enumeration in {start}..{stop} is an input with an answer, so there is no verdict to give")
     verdict = "refuted" if cexs else "proved" if status == "complete" else "unknown"
     reason = "" if verdict != "unknown" else _unknown_reason(status, er, deadline, start, stop, total, chosen.name)
     stats = dict(er.stats)
@@ -203,7 +218,20 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     return Result(verdict, problem.task.describe(), construction, params, arithmetic,
                   chosen.name + (" (auto)" if engine == "auto" else ""), er.covered, total, start, stop, seconds,
                   er.min_margin, cexs, tightest, reason, stats, status, provenance,
+                  checked=None if checked is None else checked.to_json(),
                   quantized=quantized.q.named_arrays() if cexs else {}, residual_rows=problem.model.residual_rows)
+
+
+def _checked(problem: Problem, er, complete: bool):
+    """The inputs of the task the run judged (`tasks.base.Checked`): the engine's count, or when a
+    complete run without a failure judged them all, the task's own count (which must agree)."""
+    counted = er.checked
+    if complete and hasattr(problem.task, "answered"):
+        whole = problem.task.answered()
+        if counted is not None and counted != whole:
+            raise InternalError(f"the engine judged {counted} of {problem.task.name}'s inputs; the task has {whole}")
+        return whole
+    return counted
 
 
 def describe_problem(problem: Problem) -> tuple[dict, dict, dict]:
@@ -288,27 +316,31 @@ def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | Recur
     if mine != theirs:
         raise InternalError(
             f"counterexample #{found.index} ({task.render(t.tokens)}) does not replay: the engine reported "
-            f"{_claim(task, *theirs)}; the evaluator gives {_claim(task, *mine)}")
+            f"{_claim(problem, *theirs)}; the evaluator gives {_claim(problem, *mine)}")
+    judged = np.atleast_1d(t.truth) != NO_ANSWER  # the answers judged: only saturations they depend on count
+    shown = pos if pos >= 0 or not task.per_position else int(np.flatnonzero(judged)[-1])
     at = pos if pos >= 0 else None
+    overflow_at = list(dict.fromkeys(w for w, feeds in zip(t.out.where, t.out.feeds) if feeds[judged].any()))
     return Counterexample(
         index=found.index, tokens=[int(x) for x in t.tokens], input=task.render(t.tokens),
-        expected=task.answer_name(mine[0]), produced=_produced_name(task, t.out, at), reason=mine[2],
-        margin=t.margin, overflow_at=list(t.out.where), real_produced=_produced_name(task, t.real_out, at),
+        expected=answer_name(problem, mine[0]), produced=_produced_name(problem, t.out, shown), reason=mine[2],
+        margin=t.margin, overflow_at=overflow_at, real_produced=_produced_name(problem, t.real_out, shown),
         real_margin=t.real_margin, trace=t.table,
         position=None if at is None else at + read_from(problem.model),  # in the input, BOS included
         saturated_at=list(t.out.saturated_at))
 
 
-def _claim(task, expected: int, produced: int, reason: Optional[str], position: Optional[int]) -> str:
+def _claim(problem: Problem, expected: int, produced: int, reason: Optional[str], position: Optional[int]) -> str:
     at = f"at position {position}: " if position is not None else ""
-    return f"{at}expected {task.answer_name(expected)}, produced {task.answer_name(produced)} ({reason or 'correct'})"
+    return (f"{at}expected {answer_name(problem, expected)}, produced {answer_name(problem, produced)} "
+            f"({reason or 'correct'})")
 
 
-def _produced_name(task, out: Outputs, position: Optional[int]) -> str:
+def _produced_name(problem: Problem, out: Outputs, position: int) -> str:
     """The answer by name (at `position` for a sequence output); for an argmax tie, every class that
     shares the maximum."""
-    at = (0,) if out.pred.ndim == 1 else (0, out.pred.shape[1] - 1 if position is None else position)
+    at = (0,) if out.pred.ndim == 1 else (0, position)
     if out.tie[at]:
         scores = out.scores[at]
-        return "tie(" + ", ".join(task.answer_name(int(c)) for c in np.flatnonzero(scores == scores.max())) + ")"
-    return task.answer_name(int(out.pred[at]))
+        return "tie(" + ", ".join(answer_name(problem, int(c)) for c in np.flatnonzero(scores == scores.max())) + ")"
+    return answer_name(problem, int(out.pred[at]))

@@ -56,10 +56,12 @@ class Ctx:
     """Saturation bookkeeping for one evaluation.
 
     ``ovf`` has the batch shape: the leading axes that every tensor of the call shares (inputs
-    for a batch, table rows for partial evaluation); it is set when ``overflow = error``
+    for a batch, table rows for partial evaluation; the evaluator adds positions, so that a
+    saturation fails only the answers that depend on it); it is set when ``overflow = error``
     (``track``).  With ``locate`` (traces), the first saturated coordinate of each event is kept
     as a readable location, under either overflow rule: ``saturated_at`` lists every saturation,
-    ``where`` those that fail the input (``overflow = error``).
+    ``where`` those that fail the input (``overflow = error``), over (inputs, positions) one for
+    each position, whose index is kept in ``at``.
     """
 
     def __init__(self, batch_shape: tuple, track: bool, locate: bool = False):
@@ -67,6 +69,7 @@ class Ctx:
         self.locate = locate
         self.ovf = np.zeros(batch_shape, dtype=bool)
         self.where: list[str] = []
+        self.at: list[Optional[int]] = []  # per `where` entry: its position (a context over positions)
         self.saturated_at: list[str] = []
 
     @property
@@ -82,10 +85,20 @@ class Ctx:
         if self.track:
             self.ovf |= hit
         if self.locate and hit.any():
+            if nd == 2:
+                for i in np.flatnonzero(hit.any(0)):
+                    b = np.flatnonzero(hit[:, i])[0]
+                    first = np.argwhere(saturated[b, i])[0] if saturated.ndim > 2 else []
+                    self._locate(f"{name}[{','.join(str(int(k)) for k in (i, *first))}]", int(i))
+                return
             first = np.argwhere(saturated)[0][nd:]
-            self.saturated_at.append(f"{name}[{','.join(str(int(i)) for i in first)}]")
-            if self.track:
-                self.where.append(self.saturated_at[-1])
+            self._locate(f"{name}[{','.join(str(int(i)) for i in first)}]", None)
+
+    def _locate(self, place: str, position: Optional[int]) -> None:
+        self.saturated_at.append(place)
+        if self.track:
+            self.where.append(place)
+            self.at.append(position)
 
 
 def _round(y: Fraction, rounding: str) -> int:

@@ -6,7 +6,8 @@ that depends on one token is a numpy table computed by the evaluator's arithmeti
 mixtures of tokens reach z3.  The
 formula is the negation of the task's specification: the readout's strict argmax is not the
 answer (a tie counts as a failure), or a threshold bit is wrong, or, under ``overflow = error``,
-something saturated; for a readout at every position, a failure at any position.
+something the answer depends on saturated (`evaluator.Cone`); for a readout at every position, a
+failure at any position that has an answer (a truth of `NO_ANSWER` is not judged).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import z3
 
 from .arithmetic import threshold_code
 from .budget import Deadline
-from .evaluator import Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
+from .evaluator import Cone, Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
 from .symbolic import Sym, SymFX
 from .tasks import Case
+from .tasks.base import NO_ANSWER
 
 
 @dataclass
@@ -162,10 +164,11 @@ def encode(ev, case: Case, theory: str = "bv", deadline: Deadline | None = None)
     S = SymFX(ev.arith, case.domains, bit_width(ev), theory)
     maps = _Maps(S, deadline)
     use = ev.saturated_use
-    if maps.track and use is not None:  # a saturated parameter fails the inputs that use it
+    if maps.track and use is not None:  # a saturated parameter fails the answers that use it
         P_mask = getattr(ev.q, "P_mask", None)
         S.note(S.const(bool(use.always)))
         for j, dom in enumerate(S.domains):
+            S.scope = ("k", 0, j)
             S.note(S.lookup(j, use.at(j, dom, P_mask)))
     if isinstance(ev, RecurrentEvaluator):
         X, rec = _recurrent(ev, S, maps)
@@ -179,6 +182,7 @@ def _recurrent(ev: RecurrentEvaluator, S: SymFX, maps: _Maps) -> tuple[list, dic
     q = ev.q
     h, states = [S.const(c) for c in q.h0], []
     for t, dom in enumerate(S.domains):
+        S.scope = ("k", 0, t)
         a = maps.lin(q.W, h, q.b)
         h = [S.relu(x) for x in maps.add(a, [S.lookup(t, q.U[dom, c]) for c in range(q.d)])]
         states.append(h)
@@ -204,8 +208,10 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
             Xq = [[S.lookup(i, t.x0[rows[i], c]) for c in range(d)] for i in qpos]
             if track:
                 for j in range(L):
+                    S.scope = ("k", 0, j)
                     S.note(S.lookup(j, t.kv_ovf[rows[j]]))
                 for i in qpos:
+                    S.scope = ("q", 0, i)
                     S.note(S.lookup(i, t.q_ovf[rows[i]]))
         else:
             Xq = [X[i] for i in qpos]
@@ -214,9 +220,13 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
             if li == 0:
                 Vs = [[S.lookup(j, t.v[hi][rows[j], c]) for c in range(head.W_V.shape[0])] for j in range(L)]
             else:
-                Ks = [lin(head.W_K, X[j], head.b_K) for j in range(L)]
-                Vs = [lin(head.W_V, X[j], head.b_V) for j in range(L)]
+                Ks, Vs = [], []
+                for j in range(L):
+                    S.scope = ("k", li, j)
+                    Ks.append(lin(head.W_K, X[j], head.b_K))
+                    Vs.append(lin(head.W_V, X[j], head.b_V))
             for n, i in enumerate(qpos):
+                S.scope = ("q", li, i)
                 if deadline is not None:
                     deadline.check()
                 if li == 0:  # every key position at once, then split by position
@@ -238,6 +248,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                 rec.setdefault(f"L{li}.H{hi}.out", []).append(outs[n][-1])
         Xnew = []
         for n in range(len(qpos)):
+            S.scope = ("q", li, qpos[n])
             if layer.attention == "softmax":
                 heads = [x for out in outs[n] for x in out]
             else:
@@ -263,14 +274,24 @@ def _specification(ev, case: Case, maps: _Maps, X: list, rec: dict) -> Encoding:
     """The failure formula from the states the readout reads (one per position, the last one last)."""
     q, S = ev.q, maps.S
     truth = case.truth(S)
-    if q.readout.positions == "all":  # a failure at any position
-        y = [maps.lin(q.readout.W_U, x, q.readout.b_U) for x in X[read_from(q):]]
-        fail = S.any([_wrong(S, q.readout, yi, ti) for yi, ti in zip(y, truth)])
+    every = q.readout.positions == "all"
+    ys = []
+    for r, x in enumerate(X[read_from(q):] if every else X[-1:]):
+        S.scope = ("out", None, r)
+        ys.append(maps.lin(q.readout.W_U, x, q.readout.b_U))
+    # per answer: the saturations it depends on (under overflow = error)
+    cone = Cone(q, case.length)
+    feeding: list[list[Sym]] = [[] for _ in ys]
+    for o, scope in zip(S.overflows, S.scopes):
+        for r in np.flatnonzero(cone.feeds(scope)):
+            feeding[r].append(o)
+    fails = [S.any([_wrong(S, q.readout, yr, tr)] + feeding[r])
+             for r, (yr, tr) in enumerate(zip(ys, truth if every else [truth]))]
+    if every:  # a failure at any position with an answer
+        y = ys
+        fail = S.any([S.and_(S.ne(tr, S.const(NO_ANSWER)), f) for tr, f in zip(truth, fails)])
     else:
-        y = maps.lin(q.readout.W_U, X[-1], q.readout.b_U)
-        fail = _wrong(S, q.readout, y, truth)
-    if ev.arith.overflow == "error":
-        fail = S.any([fail] + S.overflows)
+        y, fail = ys[0], fails[0]
     valid = case.valid(S) if case.valid is not None else None
     if valid is not None:
         fail = S.and_(valid, fail)

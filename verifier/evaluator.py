@@ -13,10 +13,12 @@ One pass, written once against the arithmetic interface of `verifier.arithmetic`
 
 A readout at the last position only (the default) lets the last layer compute its query, FFN and
 readout at the last position only; keys and values are still computed at every position.
-Saturations that cannot influence the output are therefore not computed and not reported under
-``overflow = error``.  A readout at every position (``Readout.positions = "all"``) computes them
-everywhere, and answers are then (B, L): an input fails when any position does (`judge`); after
-a BOS token (``Model.bos``) the BOS position itself is not read, so answers are (B, L - 1).
+A readout at every position (``Readout.positions = "all"``) computes them everywhere, and answers
+are then (B, L): an input fails when any position with an answer does (`judge`; a task may
+require none at some positions, `NO_ANSWER`); after a BOS token (``Model.bos``) the BOS position
+itself is not read, so answers are (B, L - 1).  Under ``overflow = error`` a saturation fails only
+the answers that depend on it (`Cone`): one at the BOS position of the last layer, or at a position
+with no answer required, fails nothing.
 
 Linear maps skip the columns that are zero after quantization: R(0 * x) = 0 in every rounding
 mode, so skipping them is exact.  A map whose rows each have few non-zeros (the identity blocks of
@@ -34,6 +36,7 @@ from .arithmetic import Arithmetic, Ctx, Fixed, Real, Recorder
 from .budget import require_memory
 from .errors import InputError
 from .model import Model, Recurrent
+from .tasks.base import NO_ANSWER
 
 _LOGIT_TABLE_LIMIT = 1 << 24  # pairs x m products computed for the layer-0 logit table
 
@@ -46,8 +49,10 @@ class Outputs:
     scores: np.ndarray  # (B, C) in the arithmetic's representation
     pred: np.ndarray  # (B,) int64: class (argmax) or bit pattern (threshold)
     tie: np.ndarray  # (B,) bool: argmax had no strict maximum
-    ovf: np.ndarray  # (B,) bool: a saturation happened under overflow = error
-    where: list[str] = field(default_factory=list)  # saturation locations that fail it (trace mode)
+    ovf: np.ndarray  # (B,) bool: a saturation that an answer read depends on, under overflow = error
+    where: list[str] = field(default_factory=list)  # saturation locations (trace mode)
+    ovf_at: Optional[np.ndarray] = None  # (B, positions read): per answer, a saturation it depends on
+    feeds: list[np.ndarray] = field(default_factory=list)  # per `where` entry: the answers it feeds
     saturated_at: list[str] = field(default_factory=list)  # every saturation's location, either rule (trace)
 
 
@@ -73,17 +78,18 @@ class SaturatedUse:
     An input uses the embedding row of each token it holds, the position row of each position it
     has where the token takes a position, and every other weight of the model."""
 
-    token: np.ndarray  # (V,) bool: a saturated entry in E[t]
+    token: np.ndarray  # (V,) bool: a saturated entry in E[t] (a recurrent model's R.U[t])
     position: np.ndarray  # (L_max,) bool: a saturated entry in P[i]
     always: list[str] = field(default_factory=list)  # saturated entries of the other weights
-    row_names: dict[tuple[str, int], str] = field(default_factory=dict)  # ("E", t) / ("P", i) -> an entry
+    row_names: dict[tuple[str, int], str] = field(default_factory=dict)  # ("token", t) / ("position", i) -> an entry
 
     def note(self, name: str, saturated: np.ndarray) -> None:
         if name in ("E", "R.U", "P"):
             rows = saturated.any(axis=1)
-            (self.position if name == "P" else self.token)[:] |= rows
+            kind = "position" if name == "P" else "token"
+            getattr(self, kind)[:] |= rows
             for r in np.flatnonzero(rows):
-                self.row_names[name, int(r)] = _entry(name, (r, np.flatnonzero(saturated[r])[0]))
+                self.row_names[kind, int(r)] = _entry(name, (r, np.flatnonzero(saturated[r])[0]))
         else:
             self.always.append(_entry(name, np.argwhere(saturated)[0]))
 
@@ -94,17 +100,83 @@ class SaturatedUse:
             return self.token[tokens]
         return self.token[tokens] | (self.position[position] & P_mask[tokens])
 
-    def inputs(self, tokens: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
-        """(B,) bool for a batch (B, L): does the input use any saturated parameter?"""
-        return bool(self.always) | self.at(np.arange(tokens.shape[1]), tokens, P_mask).any(axis=1)
+    def used(self, tokens: np.ndarray, P_mask: np.ndarray) -> list[tuple[str, int]]:
+        """The saturated embedding and position rows one input (L,) uses, with the position that uses
+        each (the other weights, `always`, every input uses)."""
+        return [(self.row_names[key], i) for i, t in enumerate(tokens) for key in (("token", int(t)), ("position", i))
+                if key in self.row_names and (key[0] == "token" or P_mask[t])]
 
-    def used(self, tokens: np.ndarray, P_mask: np.ndarray) -> list[str]:
-        """The saturated parameters one input (L,) uses."""
-        names = list(self.always)
-        for i, t in enumerate(tokens):
-            names += [self.row_names[key] for key in (("E", int(t)), ("P", i))
-                      if key in self.row_names and (key[0] == "E" or P_mask[t])]
-        return list(dict.fromkeys(names))
+
+class Cone:
+    """Which answers each intermediate value feeds: under overflow = error a saturation fails the
+    answers that depend on it, and only those (docs/arithmetic.md).  The answers are read at the
+    last position, or at every position (after BOS).
+
+    A scope says where a value is computed: ``("k", l, j)`` the keys and values of layer l at
+    position j (layer 0: with the embedding at j, which its query reads too; a recurrent model: its
+    step j); ``("q", l, i)`` the rest of layer l at query position i (query, logits, softmax,
+    heads, FFN); ``("out", None, r)`` the readout of the r-th answer; None a weight every answer
+    uses.  Position i of the last layer feeds its own answer; a key at j, every query that
+    attends to it (j <= i under a causal mask, every position otherwise); an earlier layer, what
+    the next one reads from it."""
+
+    def __init__(self, model: Model | Recurrent, L: int):
+        every = model.readout.positions == "all"
+        self.reads = np.arange(read_from(model), L) if every else np.array([L - 1])
+        causal = [layer.causal for layer in model.layers] if isinstance(model, Model) else [True]
+        self.modes: dict[tuple[str, int], str] = {}
+        for li, c in enumerate(causal):
+            q = "exact" if li == len(causal) - 1 else "prefix" if all(causal[li + 1:]) else "all"
+            self.modes["q", li] = q
+            self.modes["k", li] = "prefix" if c and q != "all" else "all"
+
+    def matrix(self, side: Optional[str], layer: Optional[int], positions) -> np.ndarray:
+        """(positions, answers) bool: does the value computed at each position feed each answer?"""
+        P = len(self.reads)
+        positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if side is None:
+            return np.ones((max(len(positions), 1), P), dtype=bool)
+        if side == "out":
+            return np.eye(P, dtype=bool)[positions]
+        mode = self.modes[side, layer]
+        if mode == "all":
+            return np.ones((len(positions), P), dtype=bool)
+        return positions[:, None] == self.reads if mode == "exact" else positions[:, None] <= self.reads
+
+    def feeds(self, scope: Optional[tuple]) -> np.ndarray:
+        """(answers,) bool: the answers a value computed in `scope` feeds."""
+        return self.matrix(None, None, [0])[0] if scope is None else self.matrix(*scope[:2], [scope[2]])[0]
+
+
+class _Saturations:
+    """The saturations of one forward pass, by the answers they feed (`Cone`)."""
+
+    def __init__(self, cone: Cone, base: Ctx):
+        self.cone, self.base = cone, base  # base: what every answer depends on
+        self.ovf = np.zeros((len(base.ovf), len(cone.reads)), dtype=bool)
+        self.where: list[str] = []
+        self.feeds: list[np.ndarray] = []
+        self.saturated_at: list[str] = list(base.saturated_at)
+
+    def add(self, ctx: Ctx, side: str, layer: Optional[int], positions) -> None:
+        """Fold in a context over (inputs, len(positions)) (or (inputs,) for one position)."""
+        self.saturated_at += ctx.saturated_at
+        if not ctx.track:
+            return
+        M = self.cone.matrix(side, layer, positions)
+        flags = ctx.ovf.reshape(len(ctx.ovf), -1)
+        if flags.any():
+            self.ovf |= (flags.astype(np.float32) @ M.astype(np.float32)) > 0
+        for text, i in zip(ctx.where, ctx.at):
+            self.where.append(text)
+            self.feeds.append(M[0 if i is None else i])
+
+    def outputs(self, y: np.ndarray, pred: np.ndarray, tie: np.ndarray, every: bool) -> Outputs:
+        base = self.base
+        ovf_at = self.ovf | base.ovf[:, None]
+        everything = np.ones(ovf_at.shape[1], dtype=bool)
+        return Outputs(y, pred, tie, ovf_at.any(axis=1), base.where + self.where, ovf_at if every else None,
+                       [everything] * len(base.where) + self.feeds, self.saturated_at)
 
 
 def _entry(name: str, index) -> str:
@@ -149,15 +221,24 @@ class _Reader:
         tracked = isinstance(arith, Fixed) and arith.overflow == "error" and bool(self.saturated_params)
         self.saturated_use = use if tracked else None
 
-    def _start(self, tokens: np.ndarray, locate: bool, P_mask: np.ndarray) -> tuple[np.ndarray, Ctx]:
-        """The batch as int64 and its context, with the inputs that use a saturated parameter flagged."""
+    def _start(self, tokens: np.ndarray, locate: bool, P_mask: np.ndarray) -> tuple[np.ndarray, "_Saturations"]:
+        """The batch as int64, and its saturations so far: the saturated parameters it uses (the
+        embedding and position rows at the positions that hold them)."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        ctx = self.arith.context((len(tokens),), locate=locate)
-        if self.saturated_use is not None:
-            ctx.ovf |= self.saturated_use.inputs(tokens, P_mask)
+        sats = _Saturations(Cone(self.q, tokens.shape[1]), self.arith.context((len(tokens),), locate=locate))
+        use = self.saturated_use
+        if use is not None:
+            rows = self.arith.context(tokens.shape, locate=locate)
+            sats.base.ovf |= bool(use.always)
+            rows.ovf |= use.at(np.arange(tokens.shape[1]), tokens, P_mask)
             if locate:
-                ctx.where.extend(f"parameter {s}" for s in self.saturated_use.used(tokens[0], P_mask))
-        return tokens, ctx
+                sats.base.where.extend(f"parameter {s}" for s in use.always)
+                sats.base.at.extend([None] * len(use.always))
+                for name, i in use.used(tokens[0], P_mask):
+                    rows.where.append(f"parameter {name}")
+                    rows.at.append(i)
+            sats.add(rows, "k", 0, np.arange(tokens.shape[1]))  # what the embedding at each position reads
+        return tokens, sats
 
     def _decide(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ro = self.q.readout
@@ -169,29 +250,39 @@ class _Reader:
 
     def margins(self, out: Outputs, expected: np.ndarray) -> np.ndarray:
         """How far each decision is from flipping, in real units (see `readout_margins`); the
-        smallest over the positions read."""
+        smallest over the positions judged (a position with `NO_ANSWER` has none)."""
         ro = self.q.readout
         y = self.arith.to_real(out.scores)
         expected = np.asarray(expected)
         flat = readout_margins(y.reshape(-1, y.shape[-1]), expected.reshape(-1), ro.kind, float(ro.theta))
-        return flat.reshape(expected.shape).min(axis=1) if expected.ndim == 2 else flat
+        if expected.ndim < 2:
+            return flat
+        return np.where(expected != NO_ANSWER, flat.reshape(expected.shape), np.inf).min(axis=1)
 
     def judge(self, out: Outputs, expected: np.ndarray) -> Judged:
-        """Each input's verdict, and for a failure the position and answers to report."""
+        """Each input's verdict, and for a failure the position and answers to report.  A position
+        whose expected answer is `NO_ANSWER` is not judged, and a saturation that feeds only such
+        positions fails nothing."""
         expected = np.asarray(expected)
         wrong = (out.pred != expected) | out.tie
         B = len(expected)
+        ovf = out.ovf
         if wrong.ndim == 2:
+            judged = expected != NO_ANSWER
+            wrong &= judged
             any_wrong = wrong.any(axis=1)
             position = np.where(any_wrong, wrong.argmax(axis=1), -1)
-            at = np.where(any_wrong, position, wrong.shape[1] - 1)
+            last = wrong.shape[1] - 1 - judged[:, ::-1].argmax(axis=1)  # the last position judged
+            at = np.where(any_wrong, position, last)
             rows = np.arange(B)
-            exp, pred, tie, any_wrong = expected[rows, at], out.pred[rows, at], out.tie[rows, at], any_wrong
+            exp, pred, tie = expected[rows, at], out.pred[rows, at], out.tie[rows, at]
+            if out.ovf_at is not None:
+                ovf = (out.ovf_at & judged).any(axis=1)
         else:
             position, exp, pred, tie, any_wrong = np.full(B, -1), expected, out.pred, out.tie, wrong
         reason = ["overflow" if o else "tie" if t else "wrong" if w else None
-                  for o, t, w in zip(out.ovf, tie, any_wrong)]
-        return Judged(any_wrong | out.ovf, position.astype(np.int64), exp, pred, reason,
+                  for o, t, w in zip(ovf, tie, any_wrong)]
+        return Judged(any_wrong | ovf, position.astype(np.int64), exp, pred, reason,
                       self.margins(out, expected))
 
 
@@ -292,7 +383,7 @@ class Evaluator(_Reader):
     def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
         """Evaluate a batch (B, L) of token ids, all of one length L <= max_len."""
         q, arith = self.q, self.arith
-        tokens, ctx = self._start(tokens, locate, q.P_mask)
+        tokens, sats = self._start(tokens, locate, q.P_mask)
         B, L = tokens.shape
         positions = np.arange(L)
         every = q.readout.positions == "all"
@@ -301,17 +392,21 @@ class Evaluator(_Reader):
             final = li == len(q.layers) - 1
             qpos = positions[-1:] if final and not every else positions
             mask = (qpos[:, None] >= positions[None, :]) if layer.causal else None
+            # saturations by where they happen: keys and values (and layer 0's embedding) at each
+            # position, and the rest at each query position (`Cone` says which answers they feed)
+            kctx, qctx = arith.context((B, L), locate), arith.context((B, len(qpos)), locate)
             use_tables = li == 0 and self.tables is not None
             if use_tables:
                 rows = positions * len(q.vocab) + tokens
                 qrows = rows[:, qpos]
                 t = self.tables
-                if ctx.track:
-                    ctx.ovf |= t.kv_ovf[rows].any(1) | t.q_ovf[qrows].any(1)
+                if kctx.track:
+                    kctx.ovf |= t.kv_ovf[rows]
+                    qctx.ovf |= t.q_ovf[qrows]
                 Xq = t.x0[qrows]
             else:
                 if X is None:
-                    X = self._embed(tokens, np.broadcast_to(positions, tokens.shape), ctx)
+                    X = self._embed(tokens, np.broadcast_to(positions, tokens.shape), kctx)
                     if rec:
                         rec("embed", X)
                 Xq = X[:, qpos]
@@ -322,30 +417,36 @@ class Evaluator(_Reader):
                     Vh = t.v[hi][rows]
                     if t.logits is not None:
                         S = t.logits[hi][qrows[:, :, None], rows[:, None, :]]
-                        if ctx.track:
+                        if qctx.track:
                             hit = t.logit_ovf[hi][qrows[:, :, None], rows[:, None, :]]
-                            ctx.ovf |= (hit if mask is None else hit & mask).any((1, 2))
+                            qctx.ovf |= (hit if mask is None else hit & mask).any(2)
                     else:
-                        S = arith.scores(t.q[hi][qrows], t.k[hi][rows], ctx, f"{name}.logits", mask)
+                        S = arith.scores(t.q[hi][qrows], t.k[hi][rows], qctx, f"{name}.logits", mask)
                 else:
-                    Qh = self._lin(head.W_Q, Xq, head.b_Q, ctx, f"{name}.q")
-                    Kh = self._lin(head.W_K, X, head.b_K, ctx, f"{name}.k")
-                    Vh = self._lin(head.W_V, X, head.b_V, ctx, f"{name}.v")
-                    S = arith.scores(Qh, Kh, ctx, f"{name}.logits", mask)
+                    Qh = self._lin(head.W_Q, Xq, head.b_Q, qctx, f"{name}.q")
+                    Kh = self._lin(head.W_K, X, head.b_K, kctx, f"{name}.k")
+                    Vh = self._lin(head.W_V, X, head.b_V, kctx, f"{name}.v")
+                    S = arith.scores(Qh, Kh, qctx, f"{name}.logits", mask)
                     if rec:
                         rec(f"{name}.q", Qh), rec(f"{name}.k", Kh), rec(f"{name}.v", Vh), rec(f"{name}.logits", S)
                 if layer.attention == "softmax":
-                    Wt = arith.softmax(S, mask, ctx, name, rec)
+                    Wt = arith.softmax(S, mask, qctx, name, rec)
                 else:
                     Wt = arith.relu(S) if mask is None else np.where(mask, arith.relu(S), 0)
-                out = arith.mix(Wt, Vh, ctx, f"{name}.out")
+                out = arith.mix(Wt, Vh, qctx, f"{name}.out")
                 if rec:
                     rec(f"{name}.attn", Wt), rec(f"{name}.out", out)
                 outs.append(out)
-            X = self.finish_layer(li, Xq, outs, ctx, rec)
-        y = self.scores(X[:, read_from(q):] if every else X[:, -1], ctx, rec)
+            Xq = self.finish_layer(li, Xq, outs, qctx, rec)
+            sats.add(kctx, "k", li, positions)
+            sats.add(qctx, "q", li, qpos)
+            X = Xq
+        answers = len(sats.cone.reads)
+        octx = arith.context((B, answers) if every else (B,), locate)
+        y = self.scores(X[:, read_from(q):] if every else X[:, -1], octx, rec)
+        sats.add(octx, "out", None, np.arange(answers))
         pred, tie = self._decide(y)
-        return Outputs(y, pred, tie, ctx.ovf, ctx.where, ctx.saturated_at)
+        return sats.outputs(y, pred, tie, every)
 
     def finish_layer(self, li: int, Xq: np.ndarray, outs: list[np.ndarray], ctx: Ctx, rec: Recorder = None) -> np.ndarray:
         """Layer li after its heads, position by position: the heads' outputs `outs` (per head
@@ -389,20 +490,25 @@ class RecurrentEvaluator(_Reader):
 
     def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
         q = self.q
-        tokens, ctx = self._start(tokens, locate, np.zeros(len(q.vocab), bool))
+        tokens, sats = self._start(tokens, locate, np.zeros(len(q.vocab), bool))
         B, L = tokens.shape
         h = np.broadcast_to(q.h0, (B, q.d))
         pre, states = [], []
         for t in range(L):
+            ctx = self.arith.context((B,), locate)  # step t feeds the answers at t and after (`Cone`)
             a, h = self.step(h, tokens[:, t], ctx, f"t{t}")
+            sats.add(ctx, "k", 0, [t])
             pre.append(a), states.append(h)
         H = np.stack(states, axis=1)
         if rec:
             rec("Wh", np.stack(pre, axis=1)), rec("h", H)
-        y, pred, tie = self.read(H if q.readout.positions == "all" else h, ctx)
+        every = q.readout.positions == "all"
+        octx = self.arith.context((B, L) if every else (B,), locate)
+        y, pred, tie = self.read(H if every else h, octx)
+        sats.add(octx, "out", None, np.arange(len(sats.cone.reads)))
         if rec:
             rec("readout.scores", y)
-        return Outputs(y, pred, tie, ctx.ovf, ctx.where, ctx.saturated_at)
+        return sats.outputs(y, pred, tie, every)
 
     def step(self, h: np.ndarray, tokens: np.ndarray, ctx: Ctx, name: str) -> tuple[np.ndarray, np.ndarray]:
         """One step from states h (B, d) on tokens (B,): (W h + b, the new states)."""

@@ -97,9 +97,7 @@ class Refutation:
                  f"{self.task['name']} " + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs")),
                  "  arithmetic  " + (f"FX(p={a['p']}, f={a['f']}) rounding={a['rounding']} overflow={a['overflow']} "
                                      f"accumulate={a['accumulate']}" if "p" in a else format_text(a))]
-        for c in self.counterexamples:
-            lines.append(f"  counterexample #{c.index}: {c.input} -> {c.claim} "
-                         f"({c.reason}, margin {c.margin:g})")
+        lines += [f"  {c.line()}" for c in self.counterexamples]
         lines += [f"  argument    {line}" if i == 0 else f"              {line}" for i, line in enumerate(self.argument)]
         if self.bound:
             lines.append(f"  bound       {self.bound['statement']}")

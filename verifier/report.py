@@ -95,6 +95,11 @@ def _verdict_section(doc: dict) -> str:
     inputs = doc["inputs"]
     rows = [("engine", _e(doc["engine"])), ("inputs covered", f"{inputs['covered']:,} of {inputs['total']:,}"),
             ("seconds", _e(doc["seconds"])), ("status", _e(doc["status"]))]
+    checked = inputs.get("checked") or {}
+    if "inputs" in checked:  # members without an answer are covered, not checked; so are positions
+        rows.insert(2, ("inputs checked", f"{checked['inputs']:,}" + (
+            f"; {checked['positions']:,} of their {checked['of_positions']:,} positions judged"
+            if checked.get("positions") is not None else "")))
     if doc.get("min_margin") is not None:
         rows.append(("min margin", _e(doc["min_margin"]) + (f" at {_e(doc['tightest']['input'])}"
                                                             if doc.get("tightest") else "")))

@@ -53,6 +53,16 @@ class Counterexample:
         at = f"at position {self.position}: " if self.position is not None else ""
         return f"{at}expected {self.expected}, got {self.produced}"
 
+    def line(self) -> str:
+        """The counterexample as a summary line: the input, the claim, why it fails (where it
+        saturated), its margin, and what the unquantized model answers."""
+        real = (f"; the unquantized model answers {self.real_produced} (margin {self.real_margin:.4g})"
+                if self.real_produced is not None else "")
+        ovf = f" at {', '.join(self.overflow_at)}" if self.overflow_at else ""
+        sat = "" if self.overflow_at or not self.saturated_at else f"; values saturated at {_places(self.saturated_at)}"
+        return (f"counterexample #{self.index}: {self.input} -> {self.claim} "
+                f"({self.reason}{ovf}, margin {self.margin:g}{sat}){real}")
+
 
 @dataclass
 class Result:
@@ -75,6 +85,7 @@ class Result:
     status: str = "complete"  # complete | partial (a range) | timeout | interrupted | incomplete (solver)
     provenance: dict = field(default_factory=dict)  # what was verified: built-in or a file, weights_sha256
     cached: bool = False  # read from the verdict cache, not decided by this process
+    checked: Optional[dict] = None  # `tasks.base.Checked` as JSON: the inputs judged among those covered
     quantized: dict = field(default_factory=dict, repr=False)  # weight name -> codes, for the dumps
     residual_rows: Optional[list[str]] = None  # the model's names of its residual rows, for traces
 
@@ -85,7 +96,8 @@ class Result:
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "task": self.task, "construction": self.construction,
                 "params": self.params, "arithmetic": self.arithmetic, "engine": self.engine,
-                "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop]},
+                "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop],
+                           "checked": self.checked},
                 "seconds": round(self.seconds, 3), "min_margin": finite_or_none(self.min_margin),
                 "tightest": self.tightest, "status": self.status, "reason": self.reason,
                 "counterexamples": [c.to_json() for c in self.counterexamples],
@@ -99,7 +111,7 @@ class Result:
         return cls(d["verdict"], d["task"], d["construction"], d["params"], d["arithmetic"], d["engine"],
                    inputs["covered"], inputs["total"], *inputs["range"], d["seconds"], d["min_margin"],
                    [Counterexample.from_json(c) for c in d["counterexamples"]], d["tightest"], d["reason"],
-                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False),
+                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False), inputs.get("checked"),
                    residual_rows=d.get("residual_rows"))
 
     def summary(self) -> str:
@@ -119,11 +131,21 @@ class Result:
             lines.append(f"  weights     sha256 {pv['weights_sha256']}" + (f"; {says} (not checked): {claims}"
                                                                           if claims else ""))
         share = "all" if self.covered == self.total else f"{self.covered / self.total:.2%} of"
-        lines.append(f"  inputs      {count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs"
-                     + (f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else "")
-                     + f") by engine {self.engine}"
+        ck = self.checked or {}
+        dropped = self.covered - ck["inputs"] if "inputs" in ck else 0
+        ranged = f", range {self.start}..{self.stop}" if (self.start, self.stop) != (0, self.total) else ""
+        if dropped:  # members without an answer (or filtered out) are covered, not checked
+            what = (f"{count_text(ck['inputs'])} checked: {count_text(self.covered)} of {count_text(self.total)} "
+                    f"covered ({share.replace(' of', '')}{ranged}), {count_text(dropped)} of them not inputs of the "
+                    f"task;")
+        else:
+            what = f"{count_text(self.covered)} of {count_text(self.total)} covered ({share} inputs{ranged})"
+        lines.append(f"  inputs      {what} by engine {self.engine}"
                      + (f" on {self.engine_stats['cluster']}" if "cluster" in self.engine_stats else "")
                      + f" in {self.seconds:.2f} s")
+        if ck.get("positions") is not None and ck["positions"] < ck["of_positions"]:
+            lines.append(f"  positions   {ck['positions']:,} of the {ck['of_positions']:,} positions read have an "
+                         f"answer and were judged; the others need no answer")
         if "auto" in self.engine_stats:
             lines.append(f"  engine      chosen by auto: {self.engine_stats['auto']}")
         if self.cached:
@@ -139,9 +161,15 @@ class Result:
                          f"{st['solver_seconds']:.2f} s")
         if "boxes" in st:
             margin = st["certified_margin"]
+            if margin is None:
+                certified = ""
+            elif self.verdict == "proved":
+                certified = f"; every margin >= {margin:g} (certified)"
+            else:  # the boxes decided correct before the run stopped, not every input
+                certified = f"; on the boxes decided correct, every margin >= {margin:g} (certified)"
             lines.append(f"  bounds      {st['cases']:,} case splits: {st['boxes']:,} boxes bounded, branching depth "
                          f"<= {st['max_depth']}, {st['leaves']:,} small boxes split into their {st['leaf_inputs']:,} inputs"
-                         + (f"; every margin >= {margin:g} (certified)" if margin is not None else ""))
+                         + certified)
         if "reachable_pairs" in st:
             closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"
                       if st["every_length"] else f"explored to length {st['lengths_explored']}")
@@ -158,13 +186,7 @@ class Result:
             lines.append(f"  min margin  {self.min_margin:g}{where}")
         if self.reason:
             lines.append(f"  unknown     {self.reason}")
-        for c in self.counterexamples:
-            real = (f"; the unquantized model answers {c.real_produced} (margin {c.real_margin:.4g})"
-                    if c.real_produced is not None else "")
-            ovf = f" at {', '.join(c.overflow_at)}" if c.overflow_at else ""
-            sat = "" if c.overflow_at or not c.saturated_at else f"; values saturated at {_places(c.saturated_at)}"
-            lines.append(f"  counterexample #{c.index}: {c.input} -> {c.claim} "
-                         f"({c.reason}{ovf}, margin {c.margin:g}{sat}){real}")
+        lines += [f"  {c.line()}" for c in self.counterexamples]
         return "\n".join(lines)
 
 

@@ -60,6 +60,8 @@ class SymFX:
         make = (lambda name: z3.BitVec(name, tw)) if theory == "bv" else z3.Int
         self.tokens = [make(f"t{j}") if len(d) > 1 else None for j, d in enumerate(self.domains)]
         self.overflows: list[Sym] = []
+        self.scopes: list = []  # per overflow: the `scope` it was noted in (`evaluator.Cone`)
+        self.scope = None  # where the values being built are computed
 
     def num(self, v: int, like=None):
         """A z3 integer constant in the theory (bit-vectors as wide as `like`, or `width`).
@@ -306,6 +308,7 @@ class SymFX:
     def note(self, condition: Sym) -> None:
         if not (condition.is_const and not condition.value()):
             self.overflows.append(condition)
+            self.scopes.append(self.scope)
 
     def exp(self, d: Sym) -> Sym:
         """R(exp(d step)) for d <= 0, from the correctly rounded table (`Fixed.exp_table`)."""

@@ -16,6 +16,7 @@ from ..budget import Deadline
 from ..evaluator import Judged
 from ..model import Model
 from ..tasks import Task
+from ..tasks.base import Checked
 
 
 @dataclass
@@ -86,6 +87,7 @@ class EngineResult:
     min_margin: Optional[float] = None
     tightest: Optional[int] = None  # index of an input with the smallest margin
     stats: dict = field(default_factory=dict)
+    checked: Optional[Checked] = None  # the inputs of the task judged among those covered (None: not counted)
 
 
 class Engine(Protocol):

@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import interrupts
 from ..evaluator import make_evaluator
+from ..tasks.base import Checked
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 CHUNK = 1 << 17
@@ -36,15 +37,17 @@ class _Chunk:
     min_margin: Optional[float]
     tightest: Optional[int]
     start: int = 0
-    upto: list[tuple[float, Optional[int]]] = field(default_factory=list)  # (min margin, tightest) up to found[i]
+    upto: list[tuple[float, Optional[int], Checked]] = field(default_factory=list)  # (min margin, tightest,
+    # inputs judged) up to found[i]
+    checked: Checked = field(default_factory=Checked)
 
     def cut(self, keep: int) -> "_Chunk":
         """The chunk as if it had stopped at its keep-th counterexample: coverage and margin end there."""
         if keep >= len(self.found):
             return self
-        best, tightest = self.upto[keep - 1]
+        best, tightest, checked = self.upto[keep - 1]
         return _Chunk(self.found[keep - 1].index + 1 - self.start, self.found[:keep], best, tightest, self.start,
-                      self.upto[:keep])
+                      self.upto[:keep], checked)
 
 
 _STATE: dict = {}  # the worker's problem; set before forking, inherited by the workers
@@ -67,8 +70,8 @@ def _check_remote(problem: Problem, limit: int, start: int, stop: int) -> _Chunk
 
 def _check_range(task, ev, limit: int, start: int, stop: int) -> _Chunk:
     found: list[Found] = []
-    upto: list[tuple[float, Optional[int]]] = []
-    best, tightest = math.inf, None
+    upto: list[tuple[float, Optional[int], Checked]] = []
+    best, tightest, checked = math.inf, None, Checked()
     for batch in task.batches(start, stop, ev.batch_size):
         if not len(batch.tokens):  # every input of the range was filtered out (a margin filter)
             continue
@@ -81,14 +84,16 @@ def _check_range(task, ev, limit: int, start: int, stop: int) -> _Chunk:
             at = np.searchsorted(-running, -running, side="left")  # where each running minimum was reached
             for j in failing:
                 found.append(Found.of(judged, j, int(batch.index[j]), batch.tokens[j]))
-                upto.append((best, tightest) if running[j] >= best else (float(running[j]), int(batch.index[at[j]])))
+                upto.append(((best, tightest) if running[j] >= best else (float(running[j]), int(batch.index[at[j]])))
+                            + (checked + Checked.of(batch.expected[:j + 1]),))
             if len(found) >= limit:
-                best, tightest = upto[-1]
-                return _Chunk(found[-1].index + 1 - start, found, best, tightest, start, upto)
+                best, tightest, checked = upto[-1]
+                return _Chunk(found[-1].index + 1 - start, found, best, tightest, start, upto, checked)
+        checked = checked + Checked.of(batch.expected)
         i = int(np.argmin(judged.margin))
         if judged.margin[i] < best:
             best, tightest = float(judged.margin[i]), int(batch.index[i])
-    return _Chunk(stop - start, found, best if tightest is not None else None, tightest, start, upto)
+    return _Chunk(stop - start, found, best if tightest is not None else None, tightest, start, upto, checked)
 
 
 class Exhaustive:
@@ -110,12 +115,13 @@ class Exhaustive:
         chunks = [(a, min(a + CHUNK, stop)) for a in range(start, stop, CHUNK)]
         cluster = opts.cluster if opts.cluster is not None and not opts.cluster.serial else None
         workers = opts.workers or (min(2, os.cpu_count() or 1) if stop - start > PARALLEL_ABOVE else 1)
-        result = EngineResult("complete", 0, [])
+        result = EngineResult("complete", 0, [], checked=Checked())
 
         def take(chunk: _Chunk) -> bool:
             """Merge one chunk; True when the run should stop (enough counterexamples)."""
             chunk = chunk.cut(opts.max_counterexamples - len(result.found))
             result.covered += chunk.covered
+            result.checked = result.checked + chunk.checked
             result.found.extend(chunk.found)
             if chunk.tightest is not None and (result.min_margin is None or chunk.min_margin < result.min_margin):
                 result.min_margin, result.tightest = chunk.min_margin, chunk.tightest

@@ -10,6 +10,36 @@ import numpy as np
 
 from ..errors import InputError
 
+NO_ANSWER = -1  # a per-position answer that is not required: that position is not judged
+
+
+@dataclass
+class Checked:
+    """What a run judged: the inputs of the task it evaluated and, for a task with an answer at
+    every position, the positions with an answer among the positions of those inputs (the
+    others need no answer and are not judged)."""
+
+    inputs: int = 0
+    positions: Optional[int] = None
+    of_positions: Optional[int] = None
+
+    def __add__(self, other: "Checked") -> "Checked":
+        def plus(a, b):
+            return None if a is None and b is None else (a or 0) + (b or 0)
+        return Checked(self.inputs + other.inputs, plus(self.positions, other.positions),
+                       plus(self.of_positions, other.of_positions))
+
+    @classmethod
+    def of(cls, expected: np.ndarray) -> "Checked":
+        """The inputs of a batch by their expected answers, (B,) or per position (B, L)."""
+        expected = np.asarray(expected)
+        if expected.ndim < 2:
+            return cls(len(expected))
+        return cls(len(expected), int((expected != NO_ANSWER).sum()), int(expected.size))
+
+    def to_json(self) -> dict:
+        return {"inputs": self.inputs, "positions": self.positions, "of_positions": self.of_positions}
+
 
 class Domains(Sequence):
     """Per-position token domains as a shared list for positions 0..L-2 and the last position's
@@ -123,16 +153,17 @@ class Vocabulary:
         return answers[0] if self.per_position else int(answers[0])
 
     def answer_text(self, answer) -> str:
-        """A whole answer by name: one class, or the answer at every position."""
+        """A whole answer by name: one class, or the answer at every position (``-`` where none is
+        required)."""
         if self.per_position:
-            return " ".join(self.answer_name(int(a)) for a in answer)
+            return " ".join("-" if int(a) == NO_ANSWER else self.answer_name(int(a)) for a in answer)
         return self.answer_name(int(answer))
 
 
 @dataclass
 class Batch:
     """Inputs of one length: tokens (B, L), expected answers (B,) or, for a task with an answer at
-    every position, (B, L), global indices (B,)."""
+    every position, (B, L) (`NO_ANSWER` where none is required), global indices (B,)."""
 
     tokens: np.ndarray
     expected: np.ndarray
@@ -143,7 +174,9 @@ class Task(Protocol):
     """A task enumerates its inputs in a fixed order, so that a range can be resumed or split.
 
     `answer` computes the ground truth from the tokens alone (not from the enumeration), so that
-    a replay checks a counterexample against the definition of the task.
+    a replay checks a counterexample against the definition of the task.  A task that can count
+    its inputs (and their positions with an answer) without enumerating them has
+    ``answered() -> Checked``: what a complete run judges, which a symbolic engine cannot count.
     """
 
     name: str
@@ -162,7 +195,8 @@ class Task(Protocol):
     def decode(self, index: int) -> np.ndarray: ...
 
     def answer(self, tokens: np.ndarray):
-        """The answer (an int), or for a per-position task the answers (L,)."""
+        """The answer (an int), or for a per-position task the answers (L,), `NO_ANSWER` at a position
+        that needs none (an input has an answer at one position at least)."""
 
     def answer_text(self, answer) -> str: ...
 

@@ -109,8 +109,15 @@ class WithBos(Vocabulary):
             raise InputError(f"{self.name}: the input does not start with {self.vocab[-1]}")
         return self.inner.index_of(inner[0])
 
-    def cases(self) -> Iterator[Case]:
-        for c in self.inner.cases():
+    @property
+    def cases(self) -> Callable[[], Iterator[Case]]:
+        """The task's cases with BOS in front; like the task, none (AttributeError, so that
+        ``hasattr(task, "cases")`` is False) when the task has no case splits (memorization)."""
+        inner = self.inner.cases
+        return lambda: self._cases(inner)
+
+    def _cases(self, inner: Callable[[], Iterator[Case]]) -> Iterator[Case]:
+        for c in inner():
             at = None
             if c.answer_at is not None:
                 j, table = c.answer_at

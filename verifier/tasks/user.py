@@ -3,12 +3,15 @@
 * `ReferenceTask` (``--task reference --reference module.py:function --vocab a,b,c``): every
   string s_1 .. s_n over the vocabulary, n = 1..N, with the answer ``function([s_1, ..., s_n])``
   (token names in, an answer out).  A list answer of length n is an answer at every position (a
-  sequence output); ``None`` (or ``None`` at some position) says the string is not an input of
-  the task.  The function is called once per string when the task is built, so the task is a
-  table: at most `MAX_REFERENCE_INPUTS` strings.
+  sequence output); ``None`` at a position says no answer is required there (the position is not
+  judged: Tracr's ``shift_by`` has none at position 0), and ``None`` for the whole string, or at
+  every position, says the string is not an input of the task.  The function is called once per
+  string when the task is built, so the task is a table: at most `MAX_REFERENCE_INPUTS` strings.
 * `DatasetTask` (``--task dataset --dataset FILE.jsonl --vocab a,b,c``): the inputs of the file, one
   JSON object a line, ``{"input": ["a", "b"], "answer": "b"}`` or, for a sequence output,
-  ``{"input": [...], "answers": [...]}``; the task at size N is the file's inputs of length <= N.
+  ``{"input": [...], "answers": [...]}`` (``null`` in ``answers``: no answer required at that
+  position; a line whose answers are all ``null`` is not an input); the task at size N is the
+  file's inputs of length <= N.
 
 Answers are JSON scalars (strings, integers, booleans); a class is named by the string itself or
 by the JSON text of the others (``3``, ``true``).  The classes are ``--classes`` in its order when
@@ -35,7 +38,7 @@ import numpy as np
 from ..budget import require_memory
 from ..errors import InputError
 from ..schema import parse_json, regular_file
-from .base import DATASET_HELP, Batch, Case, TaskOption, Vocabulary
+from .base import DATASET_HELP, NO_ANSWER, Batch, Case, Checked, TaskOption, Vocabulary
 from .product import ProductTask
 
 MAX_REFERENCE_INPUTS = 1 << 20  # strings a reference function is called on when the task is built
@@ -182,11 +185,14 @@ class ReferenceTask(ProductTask):
         for n in range(1, self.N + 1):
             block = raw[k:k + V ** n]
             k += V ** n
-            table = np.full((V ** n, n if self.per_position else 1), -1, dtype=np.int64)
+            table = np.full((V ** n, n if self.per_position else 1), NO_ANSWER, dtype=np.int64)
             for r, names in enumerate(block):
-                if names is not None and (not self.per_position or None not in names):
-                    table[r] = [ids[x] for x in names] if self.per_position else ids[names]
+                if names is not None:
+                    table[r] = [ids.get(x, NO_ANSWER) for x in names] if self.per_position else ids[names]
             self.tables.append(table)
+        if not any((t != NO_ANSWER).any() for t in self.tables):
+            raise InputError(f"--reference {self.source} gives no answer on any string of length 1..{self.N}: "
+                             f"the task has no input to check")
         self.space = [(f"n={n}", [np.arange(V)] * n) for n in range(1, self.N + 1)]
         self._layout()
         self.invalid_reason = "the reference gives no answer"
@@ -217,8 +223,12 @@ class ReferenceTask(ProductTask):
             return np.zeros((B, n) if self.per_position else B, dtype=np.int64), ok
         index = (np.where(ok[:, None], tokens, 0) * V ** np.arange(n - 1, -1, -1)).sum(axis=1)
         answers = self.tables[n - 1][index]
-        ok &= np.all(answers >= 0, axis=1)
+        ok &= np.any(answers != NO_ANSWER, axis=1)  # an answer at one position at least
         return (answers if self.per_position else answers[:, 0]), ok
+
+    def answered(self) -> Checked:
+        return sum((Checked.of(t[np.any(t != NO_ANSWER, axis=1)]) if self.per_position else
+                    Checked(int((t != NO_ANSWER).sum())) for t in self.tables), Checked())
 
     def _case_table(self, c: int) -> np.ndarray:
         n = c + 1
@@ -226,13 +236,14 @@ class ReferenceTask(ProductTask):
 
     def case_truth(self, c: int) -> Callable:
         positions = list(range(c + 1))
-        table = np.maximum(self._case_table(c), 0)
-        if self.per_position:
+        table = self._case_table(c)
+        if self.per_position:  # NO_ANSWER where none is required: the encoding does not judge it
             return lambda S: [S.func(positions, table[..., i]) for i in positions]
+        table = np.maximum(table, 0)  # a string without an answer is not an input (`case_valid`)
         return lambda S: S.func(positions, table[..., 0])
 
     def case_valid(self, c: int) -> Optional[Callable]:
-        ok = np.all(self._case_table(c) >= 0, axis=-1)
+        ok = np.any(self._case_table(c) != NO_ANSWER, axis=-1)
         if ok.all():
             return None
         positions = list(range(c + 1))
@@ -262,15 +273,17 @@ class DatasetTask(Vocabulary):
         if path.stat().st_size > MAX_DATASET_BYTES:
             raise InputError(f"dataset file {path} has {path.stat().st_size:,} bytes; at most {MAX_DATASET_BYTES:,}")
         every, kinds, lines = _read_dataset(path, {t: i for i, t in enumerate(self.vocab)}, self.vocab)
-        rows = {key: names for key, names in every.items() if len(key) <= self.N}
+        # a line whose answers are all null is not an input
+        rows = {key: names for key, names in every.items() if len(key) <= self.N and any(n is not None for n in names)}
         if not rows:
-            raise InputError(f"dataset file {path} has no input of length <= {self.N} ({lines} lines)")
-        seen = {name for names in rows.values() for name in names}
+            raise InputError(f"dataset file {path} has no input of length <= {self.N} with an answer ({lines} lines)")
+        seen = {name for names in rows.values() for name in names if name is not None}
         self.per_position = kinds == {True}
         self.path = str(path)
         self.class_names = _Answers(self.classes).finish(seen, f"dataset file {path}")
         self.num_classes = len(self.class_names)
         cls = {c: i for i, c in enumerate(self.class_names)}
+        cls[None] = NO_ANSWER
         self.lengths = sorted({len(k) for k in rows})
         self.max_len = self.lengths[-1]
         self.by_length = {}  # n -> (tokens (k, n), answers (k, n or 1), sorted keys, their rows)
@@ -291,6 +304,10 @@ class DatasetTask(Vocabulary):
     @property
     def total(self) -> int:
         return self._total
+
+    def answered(self) -> Checked:
+        return sum((Checked.of(answers if self.per_position else answers[:, 0])
+                    for _, answers, _, _ in self.by_length.values()), Checked())
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "dataset": self.path, "vocab": self.vocab, "classes": self.class_names,
@@ -375,7 +392,7 @@ def _read_dataset(path: Path, ids: dict[str, int], vocab: list[str]) -> tuple[di
                 if "answers" in item:
                     if not isinstance(item["answers"], list) or len(item["answers"]) != len(tokens):
                         raise InputError(f"{where}: answers must be a list with one answer per input token")
-                    names = tuple(answer_name(a, where) for a in item["answers"])
+                    names = tuple(None if a is None else answer_name(a, where) for a in item["answers"])
                 else:
                     names = (answer_name(item["answer"], where),)
                 key = tuple(ids[t] for t in tokens)
