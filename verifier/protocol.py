@@ -79,7 +79,9 @@ def states(ev: RecurrentEvaluator, prefixes: np.ndarray) -> np.ndarray:
     """The state codes after each prefix (F, L), with a last column: did anything saturate under
     overflow = error (an input that holds the prefix fails whatever follows)."""
     q = ev.q
-    tokens, ctx = ev._start(prefixes, False, np.zeros(len(q.vocab), bool))
+    tokens, used = ev._start(prefixes, False, np.zeros(len(q.vocab), bool))  # saturated parameters used
+    ctx = ev.arith.context((len(tokens),))
+    ctx.ovf |= used.base.ovf | used.ovf.any(1)
     h = np.broadcast_to(q.h0, (len(tokens), q.d))
     for t in range(tokens.shape[1]):
         h = ev.step(h, tokens[:, t], ctx, f"t{t}")[1]
@@ -108,7 +110,9 @@ def simulate(ev: Evaluator, tokens: np.ndarray, alice: np.ndarray, position: int
     each head's transcript."""
     q, arith, t = ev.q, ev.arith, ev.tables
     layer, V = q.layers[0], len(q.vocab)
-    tokens, ctx = ev._start(tokens, False, q.P_mask)
+    tokens, used = ev._start(tokens, False, q.P_mask)  # the saturated parameters the inputs use
+    ctx = arith.context((len(tokens),))
+    ctx.ovf |= used.base.ovf | used.ovf.any(1)
     B, L = tokens.shape
     positions = np.arange(L)
     rows = positions * V + tokens
