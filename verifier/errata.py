@@ -43,7 +43,8 @@ KCS = (1, 2, 3)  # the B.2 grid's Kc, tried in turn: the paper asks for "some su
 
 
 class Finding(str, Enum):
-    """What the evidence supports about a printed claim, strongest first."""
+    """What the evidence supports about a printed claim, in the order `classify` tries them: a claim
+    whose text was not read, or that cannot be built, is that before anything else."""
 
     UNVERIFIED = "as transcribed, unverified"
     CANNOT_BE_BUILT = "cannot be built as printed"
@@ -91,8 +92,8 @@ class Claim:
     compare: Optional[str] = None  # another reading (variant), decided in exact arithmetic beside it
     p: Optional[int] = None  # the binary FX precision, where the report's does not fit the claim
     also_p: tuple[int, ...] = ()  # further binary precisions
-    round_threshold: bool = False  # also decide FX with the printed threshold (F.2's 1/N, the model's
-    # -theta) rounded like every parameter, not compared exactly
+    round_threshold: bool = False  # also decide FX with F.2's printed threshold 1/N rounded like every
+    # parameter, not compared exactly
 
     @property
     def precision(self) -> str:
@@ -284,7 +285,10 @@ class Exact:
         if self.every_input:
             what = {"proved": "right on every input", "unknown": "undecided on some input"}[self.verdict]
             return f"{what} ({self.checked:,}), min margin {self.min_margin}"
-        return f"right on the {self.checked} input{'s' if self.checked != 1 else ''} decided (not every input)"
+        right = sum(d.exact == "right" for d in self.decided)
+        return (f"right on {right} of the {self.checked} input{'s' if self.checked != 1 else ''} decided, "
+                f"{self.checked - right} undecided" if right < self.checked else
+                f"right on the {self.checked} input{'s' if self.checked != 1 else ''} decided") + " (not every input)"
 
 
 @dataclass
@@ -304,9 +308,9 @@ class Run:
 
     def text(self) -> str:
         if self.failure is not None:
-            return f"{self.name} refuted: `{self.failure.input}` ({self.failure.cause})"
-        return f"{self.name} {self.verdict}" + (f" ({self.covered:,} of {self.total:,} covered)"
-                                                if self.verdict == "unknown" else "")
+            return f"{self.name}: refuted, `{self.failure.input}` ({self.failure.cause})"
+        return f"{self.name}: {self.verdict}" + (f" ({self.covered:,} of {self.total:,} covered)"
+                                                 if self.verdict == "unknown" else "")
 
 
 @dataclass
@@ -455,12 +459,12 @@ def _tokens(problem, text: str) -> list[int]:
 
 
 def _rounded_threshold(problem):
-    """The problem with the printed threshold (the model's -theta) rounded like every parameter:
-    theta = -R(-theta)."""
+    """F.2's readout EQ = I[-m > -1/N] with the printed 1/N rounded like every parameter, R(1/N):
+    the problem with it, and R(1/N)."""
     model, arith = problem.model, problem.arith
-    code = int(arith.quantize(np.array([-Fraction(model.readout.theta)], dtype=object))[0][0])
-    theta = -Fraction(code) * Fraction(arith.num, arith.den)
-    return replace(problem, model=replace(model, readout=replace(model.readout, theta=theta))), -theta
+    printed = -Fraction(model.readout.theta)
+    rounded = int(arith.quantize(np.array([printed], dtype=object))[0][0]) * Fraction(arith.num, arith.den)
+    return replace(problem, model=replace(model, readout=replace(model.readout, theta=-rounded))), rounded
 
 
 def decide(claim: Claim, p: int = 12, runner: Optional["Runner"] = None) -> Row:
@@ -477,7 +481,7 @@ def decide(claim: Claim, p: int = 12, runner: Optional["Runner"] = None) -> Row:
     if claim.round_threshold:
         rounded, theta = _rounded_threshold(fx)
         printed = -Fraction(fx.model.readout.theta)
-        binary.append(runner.engine_run(rounded, f"fx:{p}", f"{_fx(p)} with {printed} rounded",
+        binary.append(runner.engine_run(rounded, f"fx:{p}", f"{_fx(p)}, {printed} rounded",
                                         note=f", with the printed threshold {printed} rounded like every parameter "
                                              f"(to {theta})"))
     binary += [runner.engine_run(runner.problem(claim, p=q), f"fx:{q}", _fx(q)) for q in claim.also_p]
@@ -511,7 +515,6 @@ def _words(row: Row) -> tuple[str, list[str]]:
     c, f = row.claim, row.finding
     notes = []
     if row.exact:
-        ex = row.exact[0]
         for i, e in enumerate(row.exact):
             what = f"exact arithmetic, {'the other reading, ' if i else ''}{e.variant} as built for {e.built_for}"
             notes.append(f"{what}: {e.text()}")
