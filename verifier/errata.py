@@ -89,7 +89,8 @@ class Claim:
     every_input: bool = True  # exact arithmetic on every input (else on the inputs shown, the first
     # failures and the tightest input)
     inputs: tuple[str, ...] = ()  # inputs to decide by name (counterexamples this table printed before)
-    compare: Optional[str] = None  # another reading (variant), decided in exact arithmetic beside it
+    compare: tuple[str, ...] = ()  # other readings (variants), decided in exact arithmetic beside it
+    slip: Optional[str] = None  # a slip in the text that changes no answer under the reading used
     p: Optional[int] = None  # the binary FX precision, where the report's does not fit the claim
     also_p: tuple[int, ...] = ()  # further binary precisions
     round_threshold: bool = False  # also decide FX with F.2's printed threshold 1/N rounded like every
@@ -174,7 +175,7 @@ CLAIMS = [
           "gamma/10 <= -5\"",
           "-2.3 built as printed: a linear key (23/20) C + (37/20) sum_{odd q} <T(q), B4>, exactly 3 on points and "
           "-2.3 on labels; the rest as in the G.2 row; beside it the G.2 row's reading (-6)",
-          "nearest_neighbour", 4, variant="literal", typo=G2_TYPO, compare="paper",
+          "nearest_neighbour", 4, variant="literal", typo=G2_TYPO, compare=("paper",),
           printed="K(z_2i) = [0_d, -2.3, T(2i)]"),
     Claim("g2-mqar", "MQAR (G.2's construction on keys and queries), N = 6, 3 symbols", "Theorem 7, Appendix G.2",
           G2_QUOTE, G2_READING, "mqar", 6, open=G2_OPEN, typo=G2_TYPO, every_input=False,
@@ -209,24 +210,63 @@ CLAIMS = [
           "as printed; the answer is a_r", "icqa", 3, {"nq": 4, "na": 4}, paper=CHEN_ZOU_2024,
           typo="\"TF(H^(0)) = a_1\" where the proof sets r = 0 and the line before gives 3 a_0",
           printed="TF(H^(0)) = a_1"),
-    Claim("template-matching", "template matching, all 5 templates of length 3", "Theorem 5, Appendix 14.2",
-          "\"W_V^(1) = -I_{(d+1) x (d+1)} ... + [0; I_{n x n}; 0]\"; \"We can further prove that the output "
-          "sequence parsed by the first layer of the transformer satisfies the following: Sequence from the same "
-          "template have the same representation\"; \"Then utilizing 3, we can construct a W_C ... map each vector "
-          "to their distinct label\"",
-          "the printed maps as the text's own H^(1) says they act (W_V^(1)'s identity block maps P into P; CLS "
-          "attends to itself); Lemma 3's classifier (exact rationals) fitted on one sequence per template, as the "
-          "proof prescribes; beside it the maps exactly as printed (paper)",
-          "template_matching", 3, variant="charitable", paper=CHEN_ZOU_2024, compare="paper",
-          printed="Sequence from the same template have the same representation"),
-    Claim("ictm", "in-context template matching, k = 2, l = 2", "Theorem 6, Appendix 15",
-          "\"In the second layer, we perform a pre-match and copy procedure by constructing an instructive "
-          "attention alpha^(2) in R^{n x n}.\" The display, in words: alpha^(2) = (block diagonal of "
-          "A_{(l+2) x (l+2)}, k - 1 times, and A_{(l+1) x (l+1)})^T + (k times the rows [0_{(l+2) x (d-(l+1))}, "
-          "B_{(l+2) x (l+1)}], then [0_{(l+1) x (d-(l+1))}, 0_{(l+1) x (l+1)}])^T; of the first layer: \"Here, "
-          "d = d_1 + d_2 + 1\"",
-          "none builds: see the reason", "ictm", 2, {"length": 2}, paper=CHEN_ZOU_2024,
-          printed="alpha^(2) in R^{n x n}"),
+    Claim("template-matching", "template matching, all 5 templates of length 3 over 4 symbols",
+          "Theorem 5, Appendix 14.2",
+          "\"W_V^(1) = -I_{(d+1) x (d+1)} ... + [0_{(d+1) x (n)} 0; I_{n x n} 0; 0 0]\"; \"H^(1) = H^(0) + W_V^(1) "
+          "H^(0) alpha^(1) = H^(0) + [-x_0 ... -x_{k-1} 0; 0 ... 0 -1; p'_0 ... p'_{k-1} p_k; 0] = [0 ... 0; 0 ... 0; "
+          "p'_0 + p_0 ... p_k + p_k; 0]\"; \"Sequence from the same template have the same representation\"; \"First "
+          "we construct a inductive head with alpha = [0 ... 0; 3^{k-1} 3^{k-2} ... 3^0 0]^T, and set W_V^(2) = I\"; "
+          "\"Then utilizing 3, we can construct a W_C in R^{d' x C} map each vector to their distinct label\"",
+          "W_QK^(1) = I on the token rows, as printed; W_V^(1)'s identity block on the P rows, as the text's H^(1) "
+          "shows; p'_i written into the spare zero rows, so that layer 2's alpha is Lemma 1's on one-hot positions; "
+          "W_C by Lemma 3 (exact rationals; minimum-norm solutions, M as in the Lemma 3 row) fitted on the template "
+          "vectors: the layer-2 vectors with the token rows 0, as the text's H^(1) shows them; beside it W_C fitted "
+          "on one sequence per template (sequence-fit), and the maps exactly as printed (paper)",
+          "template_matching", 3, {"alphabet": 4}, variant="charitable", paper=CHEN_ZOU_2024,
+          compare=("sequence-fit", "paper"),
+          open=("the vectors W_C is fitted on: \"map each vector to their distinct label\" after \"Sequence from the "
+                "same template have the same representation\" (the template vectors, token rows 0 as the text's H^(1) "
+                "shows them)",
+                "layer 2's W_QK, and so where layer 1 writes p'_i: the text gives layer 2 only alpha, which Lemma 1 "
+                "builds on one-hot positions (\"Note that P = [p_0, ..., p_{n-1}] = I\"); the printed W_V^(1) writes "
+                "p'_i + p_i there, and then no W_QK gives alpha on every input (sources are scored linearly against "
+                "the one CLS column: ααα and αβγ ask w_P0 - w_P1 = 6 and 3); p'_i goes into the spare zero rows the "
+                "text provides, \"(d' - (n + 1 + d)) x n\" (written into P, layer 2's attention is another "
+                "token-invariant map, and the answers are the same)"),
+          typo="W_V^(1)'s identity block [0_{(d+1) x n}; I_{n x n}; 0] sits on the first n input coordinates, the "
+               "token rows; the text's own H^(1), with p'_i + p_i in the position rows, says it copies the positions",
+          slip="the displayed H^(1) has token rows -x_i + x_i = 0, but -I on the token rows subtracts c_i x_i where "
+               "c_i positions share the token, leaving (1 - c_i) x_i (`b b b CLS`: -26 e_b at layer 2): sequences of "
+               "one template differ there, where W_C fitted on the template vectors puts no weight (fitted on one "
+               "sequence per template, it does: sequence-fit); and CLS, whose token rows are 0, scores 0 with itself "
+               "under the printed W_QK^(1), so its flag stays 1 and it gets no p'_k where H^(1) shows -1 and p_k, a "
+               "constant of every vector",
+          printed="utilizing 3, we can construct a W_C ... map each vector to their distinct label"),
+    Claim("ictm", "in-context template matching, k = 2, l = 2, 3 symbols, 3 answers", "Theorem 6, Appendix 15",
+          "\"we perform a pre-match and copy procedure by constructing an instructive attention alpha^(2) in "
+          "R^{n x n}\", the display in words: alpha^(2) = (block diagonal of A_{(l+2) x (l+2)}, \"(k-1) times\", and "
+          "A_{(l+1) x (l+1)})^T + (k times the rows [0_{(l+2) x (d-(l+1))}, B_{(l+2) x (l+1)}], then "
+          "[0_{(l+1) x (d-(l+1))}, 0_{(l+1) x (l+1)}])^T, \"A_{(l+2) x (l+2)} = [0_{(l+2) x (l+1)} 1_{(l+2) x 1}], "
+          "A_{(l+1) x (l+1)} = [0_{l x (l+1)}; 1_{1 x (l+1)}], and B_{(l+2) x (l+1)} = [I_{(l+1) x (l+1)}; "
+          "0_{1 x (l+1)}]\"; \"The left part of alpha^(2) copies the answer to each column of the question\"; layer "
+          "3: \"W^(3)_{QK_i} = [0_{(d'-l) x (d'-l)} 0; 0 M_i], W^(3)_{V_i} = -I\", \"If any row of the template "
+          "representation is not zero, there exist at least one attention head that subtracts the corresponding "
+          "answer from the last token\"; \"TF_3(H^(3))[n-1] = sum_{i=0}^{k-1} a_i - sum_{i=0, i != r}^{k-1} gamma_i "
+          "a_i (gamma_i >= 1)\", \"which has the largest element corresponding to the final answer a_r\"",
+          "the printed maps on Theorem 6's stream (d' = d + n + l + 2), the typos read corrected; layer 3's M_i on "
+          "the template rows, as the words \"If any row of the template representation is not zero\" say, where "
+          "the printed [0; M_i] sits on the last l rows (for l = 2 the offsets of the sign and the answer, which "
+          "nothing writes); beside it that placement as printed (paper); 3 answers for 2 blocks (\"We first "
+          "randomly choose k templates from T and k answers from the answer token set A\")",
+          "ictm", 2, {"length": 2, "na": 3}, variant="charitable", paper=CHEN_ZOU_2024, compare=("paper",),
+          open=("W_pp's value across blocks: \"-infinity\", which Lemma 2 allows to be \"some sufficiently large "
+                "negative value\" (-1: content scores are 0 or 1)",),
+          typo="alpha^(2)'s second term is printed with widths (d - (l+1)) + (l+1) = d where the text declares "
+               "alpha^(2) in R^{n x n} (read n: B on the query block's columns); the block diagonal's \"(k-1) "
+               "times\" (n x n needs k blocks A_{(l+2) x (l+2)}); W_QK^(1)'s lower-left block I_{(d'-d1) x d1}, where "
+               "the text says the layer is \"the parsing process in the template generalization task\", whose "
+               "W_QK^(1) is [I_{d x d} 0; 0 0] (read 0)",
+          printed="TF_3(H^(3))[n-1] = sum_{i=0}^{k-1} a_i - sum_{i != r} gamma_i a_i"),
     Claim("sht-d2-spacing", "induction heads, angle spacing N, N = 6, sigma = 4",
           "Theorem 4.2 (k = 1), Lemmas D.1 and D.2",
           "not the paper's text: the transcription used, q_i = s2 (QA, ONE), k_j = (KA, cos(2 pi (N - 1/2)/N') "
@@ -273,6 +313,7 @@ class Exact:
     min_margin: Optional[str] = None
     wrong: Optional[Decided] = None  # the first input wrong in exact arithmetic
     decided: list[Decided] = field(default_factory=list)  # inputs decided by name
+    wrong_count: Optional[int] = None  # on every input: how many are wrong
 
     @property
     def right_everywhere(self) -> bool:
@@ -280,8 +321,10 @@ class Exact:
 
     def text(self, short: bool = False) -> str:
         if self.wrong is not None:
-            return (f"wrong on `{self.wrong.input}` (margin {self.wrong.margin})" if short
-                    else f"wrong: {self.wrong.line()}")
+            count = f"{self.wrong_count:,} of {self.checked:,} inputs" if self.wrong_count is not None else ""
+            if short:
+                return f"wrong on {count + ', e.g. ' if count else ''}`{self.wrong.input}` (margin {self.wrong.margin})"
+            return f"wrong on {count}; the first: {self.wrong.line()}" if count else f"wrong: {self.wrong.line()}"
         if self.every_input:
             what = {"proved": "right on every input", "unknown": "undecided on some input"}[self.verdict]
             return f"{what} ({self.checked:,}), min margin {self.min_margin}"
@@ -348,7 +391,7 @@ class Row:
     verdict: str  # one line: the finding, in the words the evidence supports
     notes: list[str]  # the other findings
     unbuildable: Optional[str] = None  # why the reading cannot be built
-    exact: list[Exact] = field(default_factory=list)  # the reading, then the compared one
+    exact: list[Exact] = field(default_factory=list)  # the reading, then the compared ones
     paper_model: Optional[PaperModel] = None
     binary: list[Run] = field(default_factory=list)  # FX at p, then with the threshold rounded, then also_p
 
@@ -438,7 +481,8 @@ class Runner:
             if found.wrong:
                 wrong = self.judge(problem, found.wrong[0][1].tokens)
             return Exact(variant, _fx(p), True, found.verdict, found.checked, found.checked,
-                         exact.interval_text(found.min_margin), wrong, [self.judge(problem, t) for t in shown])
+                         exact.interval_text(found.min_margin), wrong, [self.judge(problem, t) for t in shown],
+                         len(found.wrong))
         decided = [self.judge(problem, t) for t in shown]
         verdicts = [d.exact for d in decided]
         verdict = "refuted" if "wrong" in verdicts else "unknown"
@@ -497,8 +541,7 @@ def decide(claim: Claim, p: int = 12, runner: Optional["Runner"] = None) -> Row:
         shown += [r.tightest for r in binary[:1] if r.tightest is not None]
     shown = [list(t) for t in dict.fromkeys(tuple(t) for t in shown)]
     exacts = [runner.exact(claim, claim.variant, p, shown)]
-    if claim.compare:
-        exacts.append(runner.exact(claim, claim.compare, p, shown))
+    exacts += [runner.exact(claim, variant, p, shown) for variant in claim.compare]
     finding = classify(claim, None, exacts[0], model, binary)
     return _row(claim, finding, exacts, model, binary)
 
@@ -516,7 +559,7 @@ def _words(row: Row) -> tuple[str, list[str]]:
     notes = []
     if row.exact:
         for i, e in enumerate(row.exact):
-            what = f"exact arithmetic, {'the other reading, ' if i else ''}{e.variant} as built for {e.built_for}"
+            what = f"exact arithmetic, {'another reading, ' if i else ''}{e.variant} as built for {e.built_for}"
             notes.append(f"{what}: {e.text()}")
             notes += [f"{what}: {d.line()}" for d in e.decided if d != e.wrong]
     if row.paper_model is not None:
@@ -526,6 +569,7 @@ def _words(row: Row) -> tuple[str, list[str]]:
         notes.append(f"binary fixed point, {r.arithmetic}{r.note}: " + (f"refuted: {r.failure.line()}" if r.failure
                                                                         else r.verdict))
     notes += [f"left open: {o}" for o in c.open] + ([f"typo the paper corrects itself: {c.typo}"] if c.typo else [])
+    notes += [f"slip in the text, which changes no answer under the reading used: {c.slip}"] if c.slip else []
     if f is Finding.UNVERIFIED:
         ex = row.exact[0] if row.exact else None
         what = f"the transcription is {ex.text()}" if ex else "not decided"
@@ -533,7 +577,7 @@ def _words(row: Row) -> tuple[str, list[str]]:
     elif f is Finding.CANNOT_BE_BUILT:
         verdict = f"cannot be built as printed: {row.unbuildable.split('. ')[0]}"
     elif f is Finding.WRONG_IN_EXACT:
-        verdict = f"fails as printed, in exact arithmetic under the reading used: {row.exact[0].wrong.line()}"
+        verdict = f"fails as printed, in exact arithmetic under the reading used: {row.exact[0].text()}"
     elif f is Finding.FAILS_IN_PAPER_PRECISION:
         verdict = (f"fails as printed, in the paper's precision model: right in exact arithmetic, "
                    f"{row.paper_model.text()}")
@@ -612,9 +656,10 @@ def to_json(rows: list[Row]) -> list[dict]:
              "quote": r.claim.quote, "reading": r.claim.reading, "task": r.claim.task, "N": r.claim.N,
              "options": r.claim.options, "variant": r.claim.variant, "class": r.finding.value,
              "fails_as_printed": r.finding.fails_as_printed, "verdict": r.verdict, "findings": r.notes,
-             "left_open": list(r.claim.open), "typo": r.claim.typo, "unbuildable": r.unbuildable,
+             "left_open": list(r.claim.open), "typo": r.claim.typo, "slip": r.claim.slip, "unbuildable": r.unbuildable,
              "exact": [{"variant": e.variant, "every_input": e.every_input, "verdict": e.verdict,
-                        "checked": e.checked, "total": e.total, "min_margin": e.min_margin,
+                        "checked": e.checked, "total": e.total, "wrong_count": e.wrong_count,
+                        "min_margin": e.min_margin,
                         "wrong": e.wrong and vars(e.wrong), "decided": [vars(d) for d in e.decided]}
                        for e in r.exact],
              "paper_precision": None if r.paper_model is None else
