@@ -12,7 +12,7 @@ import pytest
 
 import cli
 import verifier
-from verifier.errors import InputError, UnbuildableError
+from verifier.errors import InputError
 from verifier.tasks import make_task
 from verifier.tasks.combinatorics import canonical_template, falling
 
@@ -175,11 +175,22 @@ def test_printed_template_matching_fails_in_exact_arithmetic():
     assert exact.cause(problem, cex.tokens).kind == "exact"  # the unquantized model is wrong too, exactly
 
 
-def test_printed_ictm_cannot_be_built(capsys):
-    with pytest.raises(UnbuildableError, match="not n x n as printed"):
-        verifier.build_problem("ictm", N=2, p=12, variant="paper")
-    code, _, err = run(capsys, "ictm", "--k", 2, "--p", 12, "--variant", "paper")
-    assert code == 2 and len(err.splitlines()) == 1
+def test_printed_ictm_is_built_and_refuted(capsys):
+    """Appendix 15 under the readings the text allows (alpha^(2) n x n): built, and every input ties
+    (tests/test_chen_zou_exact.py says why); the CLI exits 1 with a replayed counterexample."""
+    code, out, _ = run(capsys, "ictm", "--k", 2, "--p", 12, "--variant", "paper", "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["verdict"] == "refuted" and doc["counterexamples"][0]["produced"] == "tie(a0, a1)"
+
+
+def test_charitable_template_matching_is_proved_where_fitting_one_sequence_is_refuted():
+    """Appendix 14.2's most charitable reading is proved at p = 12 on every sequence; the same
+    layers with W_C fitted on one sequence per template are refuted at every p tried, first on
+    b b b CLS."""
+    assert verifier.prove("template_matching", N=3, alphabet=4, p=12, variant="charitable").verdict == "proved"
+    for p in (12, 16, 24):
+        result = verifier.prove("template_matching", N=3, alphabet=4, p=p, variant="sequence-fit")
+        assert result.verdict == "refuted" and result.counterexamples[0].input == "b b b CLS"
 
 
 def test_cli_aliases_and_list(capsys):

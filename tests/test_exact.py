@@ -246,3 +246,15 @@ def test_degenerate_shapes(dims):
             for (lo, hi), y in zip(d.scores, ys):
                 tol = TOL * (1 + abs(y))
                 assert lo - tol <= y <= hi + tol
+
+
+def test_a_search_covers_the_members_that_are_no_inputs():
+    """Nearest neighbour enumerates 288 sequences at N = 3, 192 of them inputs (the margin
+    assumption holds): a search over all of them is complete, and counts the inputs it checked."""
+    from verifier.api import build_problem
+    problem = build_problem("nearest_neighbour", N=3, p=12, variant="paper")
+    found = exact.search(problem)
+    assert (found.verdict, found.covered, found.total, found.checked) == ("proved", 288, 288, 192)
+    assert found.exit_code == 0 and "(192 of them inputs with an answer)" in found.summary(problem)
+    part = exact.search(problem, 10, 100)
+    assert part.verdict == "unknown" and part.covered == 90 and part.checked < 90

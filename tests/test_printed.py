@@ -171,7 +171,7 @@ def test_f3_builds_features_of_different_sizes_and_refuses_two_gs_of_one_size(tm
     assert result.verdict == "proved" and result.covered == 64
     one_per_size["features"][2]["g"] = [0, 1]  # a second g of size 1
     path.write_text(json.dumps(one_per_size))
-    with pytest.raises(UnbuildableError, match="carries no identity of g"):
+    with pytest.raises(UnbuildableError, match="holds the positions of a feature's bits but nothing of its g"):
         verifier.build_problem("sparse_threshold", N=6, p=12, variant="paper", instance=str(path))
     assert main(["sparse_threshold", "--N", "6", "--p", "12", "--variant", "paper", "--instance", str(path)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1

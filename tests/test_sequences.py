@@ -251,12 +251,12 @@ def test_a_sweep_with_fixed_integer_bits_measures_fraction_bits():
 
 
 def test_the_errata_row_of_the_sht_spacing_runs_at_its_own_precision(tmp_path):
-    from verifier.errata import CLAIMS, run_errata
+    from verifier.errata import CLAIMS, Finding, run_errata
     claim = next(c for c in CLAIMS if c.task == "induction_heads")
-    (row,) = run_errata(12, [10, 12], str(tmp_path), claims=[claim])
-    assert row.p == 24 and row.paper.verdict == "refuted" and row.corrected.verdict == "proved"
-    assert "at position" in row.paper.detail and (tmp_path / row.paper.dump.split("/")[-1]).exists()
-    assert row.paper.p_star is None and row.corrected.p_star is not None
+    (row,) = run_errata(12, str(tmp_path), claims=[claim])
+    fx, = row.binary
+    assert fx.name == "FX(24, 12)" and fx.verdict == "refuted" and row.finding is Finding.UNVERIFIED
+    assert "at position" in fx.failure.text and (tmp_path / fx.dump.split("/")[-1]).exists()
 
 
 def test_refute_takes_a_recurrent_model_by_state_collision_and_not_by_dependent_sets():

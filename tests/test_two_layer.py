@@ -152,7 +152,7 @@ def test_failing_variants_are_refuted_by_an_engine(task, N, engine, variant, tmp
 
 
 def test_unbuildable_variants_are_clear_errors(capsys):
-    with pytest.raises(UnbuildableError, match="no identity of g"):
+    with pytest.raises(UnbuildableError, match="nothing of its g"):
         verifier.build_problem("sparse_threshold", N=10, p=12, variant="paper")  # g differs by position
     for argv in (["sparse_threshold", "--N", "10", "--p", "12", "--variant", "paper"],
                  ["equality", "--N", "4", "--p", "12", "--variant", "nonsense"],
@@ -186,11 +186,10 @@ def test_list_shows_every_variant(capsys):
 
 
 def test_errata_rows_come_from_engine_runs(tmp_path):
-    claims = [c for c in CLAIMS if (c.task, c.N) in {("equality", 6), ("sparse_threshold", 10)}]
-    rows = run_errata(12, [10, 12, 14], str(tmp_path), claims=claims)
-    eq = next(r for r in rows if r.claim.task == "equality")
-    assert eq.paper.verdict == "refuted" and eq.corrected.verdict == "proved" and eq.paper.p_star is None
-    assert json.loads(open(eq.paper.dump).read())["params"]["variant"] == "paper"
-    assert any(r.paper.verdict == "cannot be built" for r in rows)
-    table = to_markdown(rows)
-    assert table.count("\n") == len(rows) + 1 and eq.paper.dump in table
+    claims = [c for c in CLAIMS if c.key in ("f2-n6", "f3-g-by-position")]
+    eq, f3 = run_errata(12, str(tmp_path), claims=claims)
+    assert eq.binary[0].verdict == "refuted" and eq.paper_model.runs[-1].verdict == "proved"
+    assert json.loads(open(eq.binary[0].dump).read())["params"]["variant"] == "paper"
+    assert f3.unbuildable is not None and not f3.binary
+    table = to_markdown([eq, f3])
+    assert table.count("\n") == 3 and "`0 0 0 0 0 1`: rounding in FX(12, 6)" in table

@@ -523,7 +523,10 @@ def check(problem, tokens, max_prec: int = MAX_PREC) -> ExactOutcome:
 
 @dataclass
 class ExactSearch:
-    """Inputs start..stop of a task, each decided in exact arithmetic."""
+    """Inputs start..stop of a task, each decided in exact arithmetic.  `covered` counts the members
+    of the task's enumeration gone through (as an engine's coverage does), `checked` the inputs among
+    them, the members with an answer (a task such as nearest neighbour enumerates sequences that
+    are not inputs)."""
 
     covered: int
     right: int
@@ -543,6 +546,11 @@ class ExactSearch:
         return "unknown" if self.undecided or self.covered < self.total else "proved"
 
     @property
+    def checked(self) -> int:
+        """The inputs decided: right, wrong or undecided."""
+        return self.right + len(self.wrong) + len(self.undecided)
+
+    @property
     def exit_code(self) -> int:
         return {"proved": 0, "refuted": 1, "unknown": 3}[self.verdict]
 
@@ -557,8 +565,9 @@ class ExactSearch:
                  + ", ".join(f"{k}={v}" for k, v in task.describe().items() if k not in ("name", "inputs", "answers_sha256")),
                  f"  arithmetic  exact: the weights as the rationals they hold, every linear operation in rationals, "
                  f"exp enclosed by mpmath interval arithmetic (refined up to {self.max_prec} bits); no rounding, no range",
-                 f"  inputs      {self.covered:,} of {self.total:,} covered: {self.right:,} right, {len(self.wrong):,} "
-                 f"wrong, {len(self.undecided):,} undecided"]
+                 f"  inputs      {self.covered:,} of {self.total:,} covered"
+                 + (f" ({self.checked:,} of them inputs with an answer)" if self.checked != self.covered else "")
+                 + f": {self.right:,} right, {len(self.wrong):,} wrong, {len(self.undecided):,} undecided"]
         if self.min_margin is not None:
             lines.append(f"  min margin  {interval_text(self.min_margin)} at {task.render(task.decode(self.tightest))}")
         for label, found in (("wrong", self.wrong), ("undecided", self.undecided)):
@@ -577,7 +586,7 @@ class ExactSearch:
 
         return {"verdict": self.verdict, "arithmetic": {"kind": "exact", "max_prec": self.max_prec},
                 "task": task.describe(), "construction": problem.model.info, "covered": self.covered,
-                "total": self.total, "right": self.right,
+                "total": self.total, "checked": self.checked, "right": self.right,
                 "min_margin": None if self.min_margin is None else [str(x) for x in self.min_margin],
                 "tightest": None if self.tightest is None else task.render(task.decode(self.tightest)),
                 "wrong": [one(i, o) for i, o in self.wrong], "undecided": [one(i, o) for i, o in self.undecided]}
@@ -593,7 +602,7 @@ def search(problem, start: int = 0, stop: Optional[int] = None, max_wrong: Optio
     ex = _Exact.of(problem.model)
     for b in task.batches(start, stop, batch):
         for index, o in zip(b.index, _evaluate(ex, b.tokens, b.expected, max_prec)):
-            found.covered += 1
+            found.covered = int(index) + 1 - start  # the members before it that are no inputs count too
             v = o.verdict
             if v == "right":
                 found.right += 1
@@ -604,6 +613,7 @@ def search(problem, start: int = 0, stop: Optional[int] = None, max_wrong: Optio
                 found.min_margin, found.tightest = m, int(index)
             if max_wrong is not None and len(found.wrong) >= max_wrong:
                 return found
+    found.covered = stop - start
     return found
 
 

@@ -33,8 +33,9 @@ Variants:
   * T: Corollary 8.1's 1/4-orthogonal vectors.
   * FFN: one network "of constant size", the same at every position, reads the retrieved bits z:
     +-1 on the |I_i| first coordinates, 0 on the padded ones.  So it can compute one g for each
-    feature size (the zeros mark the size) and no more: the embedding carries no identity of
-    g_{I_i}.  We build it when all features of a size share their g: units ReLU(<u, z_{1..t}> -
+    feature size (the zeros mark the size) and no more: the embedding holds the positions of a
+    feature's bits (T(i), T(I_i^j)) but nothing of g_{I_i}, and reading g off them would take a
+    network that grows with N.  We build it when all features of a size share their g: units ReLU(<u, z_{1..t}> -
     (t - 1)) for u in {-1,1}^t fire on exactly the z that extend u, and their coefficients solve
     sum_{t' <= t} c(t', z_{1..t'}) = g_t(z) (for one size s: c = g, the pattern sum over g(u) = 1),
     exact on z in {-1, 0, 1}.  An instance with two features of one size and different g cannot
@@ -80,11 +81,14 @@ VARIANTS = {
              "b/(N+1)",
     "corrected": "BOS value +1, truth tables in the embedding, eta = (4/3) ln(8sN(N+1)), BOS-referenced threshold",
 }
-UNBUILDABLE = ("F.3's embedding [x_i, T(i), T(I_i^1), ..., T(I_i^k)] carries no identity of g_{I_i}: its one "
-               "constant-size FFN, the same at every position, sees only the retrieved bits (+-1, and 0 where "
-               "a block is padded with T(0)), so it computes one g for each feature size; this instance has two "
-               "features of one size with different g. Use --variant corrected, or an instance with one g per "
-               "size (--shared-g)")
+UNBUILDABLE = ("F.3's FFN is one network \"of constant size\", the same at every position, and its embedding "
+               "[x_i, T(i), T(I_i^1), ..., T(I_i^k)] holds the positions of a feature's bits but nothing of its "
+               "g_{I_i}: F.3 does not say how that network would compute different g at different positions, and "
+               "from the retrieved bits (+-1, and 0 where a block is padded with T(0)) it computes one g for each "
+               "feature size; this instance has two features of one size with different g. (Reading g off T(i) "
+               "would take a network that grows with N: N free choices of g are N bits, and a constant number of "
+               "units over O(log N) coordinates at O(log N) bits hold O(log^2 N).) Use --variant corrected, or an "
+               "instance with one g per size (--shared-g)")
 
 
 def corrected_eta(N: int, s: int) -> float:

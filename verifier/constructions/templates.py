@@ -21,27 +21,44 @@ of every row as a base-3 number at the last position (instructive attention, alp
 
 ``paper`` -- the printed maps, literally, on the stream token | flag | P:
 
-* Layer 1: W_QK = I on the token rows only; W_V = -I on the token and flag rows plus the printed
-  block "[0_{(d+1) x n}; I_{n x n}; 0]", which maps the first n input coordinates (token rows first)
-  into the P rows.
-* Layer 2: alpha with last column (3^(l-1), ..., 3^0, 0), W_V = I.
-* Classifier: Lemma 3 on the final vectors of one sequence per template (the first substitution),
-  in exact rationals.
+* Layer 1: "W_QK^(1) = [I_{d x d} 0; 0 0]" (the token rows only); "W_V^(1) = -I_{(d+1) x (d+1)} ... +
+  [0_{(d+1) x n} 0; I_{n x n} 0; 0 0]", whose identity block takes the first n input coordinates
+  (token rows first) into the P rows.
+* Layer 2: "a inductive head with alpha = [0 ... 0; 3^{k-1} 3^{k-2} ... 3^0 0]^T" (the last column),
+  by Lemma 1 on the P rows, and "W_V^(2) = I".
+* Classifier: "utilizing 3, we can construct a W_C ... map each vector to their distinct label":
+  Lemma 3 (exact rationals) on the final vectors of one sequence per template (the first
+  substitution).
 
-``charitable`` -- the printed maps read as the text's own H^(1) says they act ("H^(1) = H^(0) +
-W_V^(1) H^(0) alpha^(1)" with P rows p'_i + p_i and the CLS column p_k + p_k, flag cancelled): the
-identity block maps the P rows into the P rows, and W_QK^(1) also pairs the flag with itself, so
-that CLS attends to itself.  Same classifier.
+``charitable`` -- the most charitable reading the text allows; it departs from ``paper`` in three
+places, each where the text says what the printed map must do:
 
-What is wrong as printed: CLS scores 0 with itself (no token rows), so it never gets its own 2 p_k
-and its flag is not cancelled; -I on the token rows subtracts c_i x_i when c_i positions share the
-token, not "-x_i" as the text's H^(1) says, so the token rows keep (1 - c_i) x_i, which layer 2
-copies into the last column (the vector is not token-invariant); the printed identity block maps
-token rows, not P rows, into the P rows; and layer 1 writes into the P rows, so layer 2's
-instructive attention no longer reads one-hot positions.  The charitable reading repairs the
-first and third, not the second: both variants are wrong in exact arithmetic (`verifier.exact`):
-`b b b CLS` is read as alpha beta beta, while the sequence Lemma 3 was fitted on, `a a a CLS`, is
-right.
+* W_V^(1)'s identity block reads the P rows: the text's own H^(1) has "p'_i + p_i" in the position
+  rows, p'_i the sum of the positions holding x_i (a typo the paper corrects itself).
+* p'_i goes into the spare zero rows the stream has ("0 -> (d' - (n + 1 + d)) x n"), a block TB of
+  n rows, not into P.  The text gives layer 2 only its attention map alpha, which Lemma 1 builds on
+  one-hot positions ("Note that P = [p_0, ..., p_{n-1}] = I"); with p'_i + p_i in the P rows no
+  W_QK gives alpha on every input (the CLS column is the same for every sequence, so the score of
+  source i is linear in h_i, and ααα against αβγ asks w_P0 - w_P1 = 6 and = 3).  So where p'_i lands
+  is left open, and only this place builds the printed layer 2.  (Written into P, layer 2's
+  attention is another token-invariant map, and the answers are the same.)
+* W_C is fitted by Lemma 3 on the template representations the text derives ("Sequence from the
+  same template have the same representation"; "for each row of H^(1), we can encode it into a
+  unique ternary number"): the layer-2 vectors with the token rows 0, as the text's H^(1) displays
+  them.  Lemma 3's minimum-norm solutions lie in the span of those vectors, so W_C has no weight on
+  the token rows.
+
+What the text gets wrong under this reading changes no answer: -I on the token rows subtracts
+c_i x_i when c_i positions share the token, not "-x_i" as its H^(1) shows, so the token rows keep
+(1 - c_i) x_i (`b b b CLS`: -26 e_b at layer 2) and sequences of one template differ there -- where
+W_C reads nothing.  CLS scores 0 with itself under the printed W_QK^(1) (its token rows are 0), so
+its flag stays 1 and it gets no p'_k, while the displayed H^(1) shows "-1" and "p_k": a constant of
+every vector, which changes no answer either; W_QK^(1) is kept as printed.
+
+``sequence-fit`` -- ``charitable``'s layers, with W_C fitted on the layer-2 vectors of one sequence
+per template (the first substitution) as the model computes them, token rows included: wrong in
+exact arithmetic (`b b b CLS` is read as alpha beta beta; `a a a CLS`, the sequence fitted on, is
+right), because of the text's slip above.
 """
 
 from __future__ import annotations
@@ -56,11 +73,14 @@ from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 5, Appendix 14.2")
 VARIANTS = {
-    "paper": "the printed maps (token-only W_QK, the printed W_V), Lemma 3's classifier",
-    "charitable": "the printed maps read as the text's own H^(1) implies (W_V's identity block P -> P, CLS "
-                  "attends to itself), Lemma 3's classifier",
+    "paper": "the printed maps literally (token-only W_QK, W_V's identity block on the first n coordinates), "
+             "Lemma 3 fitted on one sequence per template",
+    "charitable": "the most charitable reading: W_V's identity block P -> spare rows (the text's p'_i), Lemma 1 on "
+                  "one-hot P, Lemma 3 fitted on the template vectors (token rows 0, as the text's H^(1) shows)",
+    "sequence-fit": "charitable's layers, Lemma 3 fitted on one sequence per template (token rows included)",
     "corrected": "W_QK on token and flag, P copied into a separate template block, normalized rows",
 }
+PRINTED = ("paper", "charitable", "sequence-fit")  # the variants with the printed classifier, Lemma 3
 
 
 def base3(l: int) -> np.ndarray:
@@ -73,8 +93,8 @@ def base3(l: int) -> np.ndarray:
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, l, C = task.alphabet, task.N, task.num_classes
     n = l + 1
-    paper = variant in ("paper", "charitable")
-    L = Layout(token=X, flag=1, P=n) if paper else Layout(token=X, flag=1, P=n, TB=n)
+    printed = variant in PRINTED
+    L = Layout(token=X, flag=1, P=n) if variant == "paper" else Layout(token=X, flag=1, P=n, TB=n)
     require_weights(f"template_matching at l={l}", L.d, 4 * L.d + C)
 
     E = np.zeros((X + 1, L.d))
@@ -83,15 +103,13 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=
     P = np.zeros((n, L.d))
     P[:, L["P"]] = np.eye(n)
 
-    if paper:
-        charitable = variant == "charitable"
-        QK1 = L.form(("token", "token", np.eye(X)), *([("flag", "flag", np.ones((1, 1)))] if charitable else []))
-        V1 = np.zeros((L.d, L.d))
-        V1[:X + 1, :X + 1] = -np.eye(X + 1)
-        if charitable:
-            V1 += L.copy("P", "P")
-        else:
+    if printed:
+        QK1 = L.form(("token", "token", np.eye(X)))  # "[I_{d x d} 0; 0 0]"
+        V1 = -L.copy("token", "token") - L.copy("flag", "flag")  # "-I_{(d+1) x (d+1)}"
+        if variant == "paper":
             V1[L["P"], :n] += np.eye(n)  # the printed block: input coordinates 0..n-1 (token rows first) -> P
+        else:
+            V1 += L.copy("P", "TB")  # p'_i, into the spare rows
         V2 = np.eye(L.d)
     else:
         QK1 = L.form(("token", "token", np.eye(X)), ("flag", "flag", np.ones((1, 1))))
@@ -102,8 +120,11 @@ def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=
     model = Model(E=E, P=P, P_mask=np.ones(X + 1, bool), layers=layers,
                   readout=Readout(np.zeros((C, L.d)), np.zeros(C), "argmax"), vocab=list(task.vocab), info=info,
                   residual_rows=L.names())
-    if paper:  # Lemma 3 on what the printed layers compute (exactly) for one sequence of each template
+    if printed:  # Lemma 3 on what the printed layers compute (exactly) for one sequence of each template
         vectors = [exact.read_state(model, task.decode(int(task._offsets[t])))[-1] for t in range(C)]
+        if variant == "charitable":  # the template vectors: token rows 0, as the text's H^(1) shows them
+            for v in vectors:
+                v[L["token"]] = 0
         model.readout.W_U, info["classifier"] = lemma3_classifier(vectors).T, "Lemma 3 (inductive)"
     else:
         t = np.array(task.template_list)
