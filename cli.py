@@ -426,7 +426,8 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
     if plot_path:
         plots.check_output(plot_path)
     cache = open_cache(cache_path, no_cache)
-    with new_output(output) if output else contextlib.nullcontext() as fh:
+    with new_output(output) if output else contextlib.nullcontext() as fh, \
+            new_output(plot_path, binary=True) if plot_path else contextlib.nullcontext() as figure:
         fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
                       progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
         click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"

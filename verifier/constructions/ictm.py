@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..budget import require_weights
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, constrained, instructive
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 6, Appendix 15")
@@ -56,11 +56,20 @@ UNBUILDABLE = ("Appendix 15's layer-2 attention map alpha^(2) is not n x n as pr
                "consistent reconstruction of the same parse-copy-match plan.")
 
 
+def _layout(task) -> Layout:
+    return Layout(token=task.alphabet, flag=1, answer=task.na, P=task.max_len, TB=task.length)
+
+
+def cost(task, variant: str = "corrected", k=None) -> Cost:
+    """Three layers of d x d maps (2 l + 4 of them), E, P and the readout."""
+    d, l = _layout(task).d, task.length
+    return model_cost(f"ictm at k={task.k}, l={l}", d, (2 * l + 4) * d + len(task.vocab) + task.na)
+
+
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, l, kk, na = task.alphabet, task.length, task.k, task.na
     n, B = task.max_len, task.block
-    L = Layout(token=X, flag=1, answer=na, P=n, TB=l)
-    require_weights(f"ictm at k={kk}, l={l}", L.d, (2 * l + 4) * L.d + na)
+    L = _layout(task)
     block = np.arange(n) // B  # the query block is block k
     off = np.arange(n) % B
 
