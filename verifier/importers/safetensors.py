@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from ..schema import parse_json, regular_file
+from ..schema import parse_json, regular_file, zip_members
 
 MAX_HEADER = 100 << 20
 DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
@@ -89,6 +90,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 
 def _read_torch(path: Path) -> dict[str, np.ndarray]:
     source = f"PyTorch file {path}"
+    if zipfile.is_zipfile(path):  # torch's format since 1.6 (an older one is a bare pickle)
+        zip_members(path, source)
     try:
         import torch
     except ImportError:
