@@ -327,6 +327,21 @@ def test_safetensors_reader_against_the_format(tmp_path):
             read_tensors(path)
 
 
+@pytest.mark.parametrize("entry,message", [
+    ({"dtype": ["F64"], "shape": [1], "data_offsets": [0, 8]}, "dtype ['F64'] is not one of F64"),
+    ({"dtype": {}, "shape": [1], "data_offsets": [0, 8]}, "dtype {} is not one of F64"),
+    ({"dtype": "F64", "shape": [10 ** 20], "data_offsets": [0, 8]}, "8 bytes for shape [100000000000000000000] of F64"),
+])
+def test_safetensors_headers_of_the_wrong_kind_are_input_errors(tmp_path, entry, message):
+    """Found by fuzzing the header: a list as dtype, a shape beyond int64 were internal errors."""
+    header = json.dumps({"x": entry}).encode()
+    path = tmp_path / "h.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    with pytest.raises(InputError) as refused:
+        read_tensors(path)
+    assert message in str(refused.value)
+
+
 def test_safetensors_files_of_the_official_writer_read_alike(tmp_path):
     numpy_io = pytest.importorskip("safetensors.numpy")
     state = {k: v.astype(np.float32) for k, v in tl_state(np.random.default_rng(3)).items()}

@@ -154,8 +154,9 @@ def test_lengths_are_laid_out_without_their_square(monkeypatch):
     assert task.total == (4 ** 20001 - 4) // 3 and task.max_len == 20001 and task.count_up_to(2) == 4 + 16
     name, domains = task.space[19999]
     assert name == "n=20000" and len(domains) == 20001
-    index = task.count_up_to(3) + 5  # "<s> ( ( ) ) ..." of length 4: the 6th
+    index = task.count_up_to(3) + 5  # the 6th input of length 4
     assert task.index_of(task.decode(index)) == index and len(task.decode(index)) == 5
+    assert task.answer([4, 0, 1]).tolist() == [1, 0, 1]  # found directly, not by making 20000 lengths
     first = next(task.batches(0, 6, 4))
     assert first.tokens.tolist() == [[4, 0], [4, 1], [4, 2], [4, 3]]
     assert make_task("induction_heads", N=20000).total == (3 ** 20001 - 3) // 2

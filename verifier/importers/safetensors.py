@@ -12,6 +12,7 @@ never with a full unpickler, and a file that needs more (a pickled module or cla
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zipfile
 from pathlib import Path
@@ -62,7 +63,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
             if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
                 raise InputError(f"{where}: expected dtype, shape and data_offsets")
             dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-            if dtype not in DTYPES:
+            if not isinstance(dtype, str) or dtype not in DTYPES:
                 raise InputError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
             if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                       for s in shape):
@@ -72,7 +73,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
                 raise InputError(f"{where}: data_offsets {offsets!r} are not a range inside the data "
                                  f"({data_size} bytes)")
             itemsize = np.dtype(DTYPES[dtype]).itemsize
-            if offsets[1] - offsets[0] != itemsize * int(np.prod(shape, dtype=np.int64)):
+            if offsets[1] - offsets[0] != itemsize * math.prod(shape):  # exact: a shape may be absurd
                 raise InputError(f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype}")
             spans.append((offsets[0], offsets[1], name))
         spans.sort()

@@ -75,6 +75,18 @@ class _Strings(ProductTask):
         A = len(self.alphabet())
         return Cost(f"{self.name} at N={self.N}", 64.0 * self.N + self.N ** 2 * math.log2(A) / 8, A + 1)
 
+    def _locate(self, tokens) -> tuple[int, int]:
+        """(case, index within it) of ``<s> s_1 .. s_n``: case n - 1, s_1 .. s_n in base |alphabet|
+        (found directly: the generic search makes the domains of every length before it)."""
+        tokens = [int(t) for t in tokens]
+        if not 1 <= len(tokens) - 1 <= self.N or tokens[0] != self.bos or any(not 0 <= t < self.bos
+                                                                               for t in tokens[1:]):
+            raise InputError(f"not a {self.name} input: {self.render(tokens)}")
+        r = 0
+        for t in tokens[1:]:
+            r = r * self.bos + t
+        return len(tokens) - 2, r
+
     def count_up_to(self, n: int) -> int:
         """How many inputs have length at most n (they come first in the enumeration)."""
         return self._offsets[n]
