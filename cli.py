@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -33,7 +34,7 @@ from verifier.errata import CLAIMS as ERRATA_CLAIMS, run_errata, select as errat
     to_markdown as errata_markdown, to_text as errata_text
 from verifier.errors import InputError, InternalError
 from verifier.importers.tracr import compile_program
-from verifier.importers.transformer_lens import convert as convert_state_dict
+from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert as convert_state_dict
 from verifier.model import META_SCHEMA
 from verifier.progress import line as progress_line
 from verifier.result import count_text
@@ -92,13 +93,24 @@ def arithmetic_options(fn):
     return fn
 
 
-def run_options(fn):
+SMT_ENGINES = [name for name in ENGINES if name.startswith("smt")]
+
+
+def run_options(command):
+    @functools.wraps(command)
+    def fn(*args, engine, smtlib, **kwargs):
+        if smtlib is not None and engine not in SMT_ENGINES:  # another engine would write nothing there
+            raise click.UsageError(f"--smtlib writes the SMT engine's cases: it needs --engine "
+                                   f"{', '.join(SMT_ENGINES)} (not {engine})")
+        return command(*args, engine=engine, smtlib=smtlib, **kwargs)
+
     for opt in reversed([
         click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True),
         click.option("--solver", type=click.Choice(SOLVER_CHOICES), default="z3", show_default=True,
                      help="The SMT engine's solver; portfolio: every installed one, the first answer wins."),
         click.option("--smtlib", type=click.Path(file_okay=False), default=None,
-                     help="Write each case the SMT engine sends to a solver as SMT-LIB 2 in DIR."),
+                     help="Write each case the SMT engine sends to a solver as SMT-LIB 2 in DIR (with --engine "
+                          "smt, smt-bv or smt-int)."),
         click.option("--timeout", type=SECONDS, default=None,
                      help="Seconds for the whole run (building included); past it the verdict is unknown."),
         click.option("--max-counterexamples", type=int, default=1, show_default=True,
@@ -370,7 +382,7 @@ def tracr_options(fn):
         click.option("--max-len", "max_len", type=int, default=None,
                      help="The longest input (Tracr's max_seq_len); required for a Tracr program."),
         click.option("--causal", is_flag=True, help="Compile the Tracr program with causal attention."),
-        click.option("--mlp-exactness", "mlp_exactness", type=int, default=100, show_default=True,
+        click.option("--mlp-exactness", "mlp_exactness", type=click.IntRange(min=1), default=100, show_default=True,
                      help="Tracr's MLP approximation parameter (larger: sharper, larger weights)."),
     ]):
         fn = opt(fn)
@@ -427,7 +439,8 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
     if plot_path:
         plots.check_output(plot_path)
     cache = open_cache(cache_path, no_cache)
-    with new_output(output) if output else contextlib.nullcontext() as fh:
+    with new_output(output) if output else contextlib.nullcontext() as fh, \
+            new_output(plot_path, binary=True) if plot_path else contextlib.nullcontext() as figure:
         fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
                       progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
         click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
@@ -436,9 +449,9 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
         if fh is not None:
             fh.write(render["json" if output.endswith(".json") else "csv"]())
             click.echo(f"wrote {output}", err=True)
-    click.echo(render[fmt or "markdown"]())
-    if plot_path:
-        click.echo(f"wrote {plots.save(plots.frontier_figure([fr.to_json()]), plot_path)}", err=True)
+        click.echo(render[fmt or "markdown"]())
+        if figure is not None:
+            click.echo(f"wrote {plots.save(plots.frontier_figure([fr.to_json()]), plot_path, figure)}", err=True)
     return 3 if fr.partial else 0
 
 
@@ -594,7 +607,8 @@ def import_cmd(path, output, vocab, act, bidirectional, bos, rows, positions, at
                f"{model.n_params()} parameters"
                + (f"; skipped the buffers {', '.join(imported.skipped)}" if imported.skipped else ""))
     click.echo(f"float64 round trip against the TransformerLens forward pass: largest difference "
-               f"{imported.round_trip_error:.3g}")
+               f"{imported.round_trip_error:.3g}, with activations up to {imported.round_trip_scale:.3g} (tolerance "
+               f"{ROUND_TRIP_TOLERANCE:g} x that, at least 1)")
     click.echo(f"wrote {written}")
     return 0
 
@@ -788,7 +802,7 @@ def check_certificate_cmd(path):
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="The model file.")
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the examples searched around.")
-@click.option("--certificates", "budget", type=int, default=50, show_default=True,
+@click.option("--certificates", "budget", type=click.IntRange(min=0), default=50, show_default=True,
               help="Certificates to try before the next method.")
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds for the whole run.")
 @click.option("--max-counterexamples", type=int, default=1, show_default=True)

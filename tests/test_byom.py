@@ -327,6 +327,21 @@ def test_safetensors_reader_against_the_format(tmp_path):
             read_tensors(path)
 
 
+@pytest.mark.parametrize("entry,message", [
+    ({"dtype": ["F64"], "shape": [1], "data_offsets": [0, 8]}, "dtype ['F64'] is not one of F64"),
+    ({"dtype": {}, "shape": [1], "data_offsets": [0, 8]}, "dtype {} is not one of F64"),
+    ({"dtype": "F64", "shape": [10 ** 20], "data_offsets": [0, 8]}, "8 bytes for shape [100000000000000000000] of F64"),
+])
+def test_safetensors_headers_of_the_wrong_kind_are_input_errors(tmp_path, entry, message):
+    """Found by fuzzing the header: a list as dtype, a shape beyond int64 were internal errors."""
+    header = json.dumps({"x": entry}).encode()
+    path = tmp_path / "h.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    with pytest.raises(InputError) as refused:
+        read_tensors(path)
+    assert message in str(refused.value)
+
+
 def test_safetensors_files_of_the_official_writer_read_alike(tmp_path):
     numpy_io = pytest.importorskip("safetensors.numpy")
     state = {k: v.astype(np.float32) for k, v in tl_state(np.random.default_rng(3)).items()}
@@ -349,7 +364,8 @@ def test_transformer_lens_import_round_trips_and_verifies(capsys, tmp_path):
         tokens = rng.integers(0, 4, size=n)
         mine = ev.forward(tokens[None, :]).scores[0]
         assert np.allclose(mine, forward(arrays, tokens, True, np.sqrt(3))[-1], atol=1e-6, rtol=0)
-    code, out, _ = run(capsys, "import", str(path), "-o", str(tmp_path / "m.npz"), "--vocab", "a,b,c,d", "--act", "relu")
+    code, out, _ = run(capsys, "import", str(path), "-o", str(tmp_path / "m.npz"), "--vocab", "a,b,c,d",
+                       "--act", "relu")
     assert code == 0 and "largest difference" in out
     code, out, _ = run(capsys, "run", "--model", str(tmp_path / "m.npz"), "--task", "reference", "--reference",
                        f"{_module(tmp_path)}:last", "--vocab", "a,b,c,d", "--N", 3, "--p", 12)
@@ -375,6 +391,101 @@ def test_transformer_lens_refusals(tmp_path, edit, message):
     path = write_safetensors(tmp_path / "tl.safetensors", state)
     with pytest.raises(InputError, match=message):
         convert(str(path), ["a", "b", "c", "d"], activation="relu")
+
+
+def typed_safetensors(path, tensors: dict):
+    """A .safetensors file that keeps each array's dtype (`write_safetensors` writes float64)."""
+    codes = {"float64": "F64", "float32": "F32", "int64": "I64", "int32": "I32", "uint8": "U8", "bool": "BOOL"}
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        data = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": codes[a.dtype.name], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t.__setitem__("unembed.b_U", np.array([2 ** 53 + 1, 0, 0, 0])),
+     "tensor 'unembed.b_U' holds the integer 9007199254740993, which float64 (the model format) cannot hold exactly: "
+     "it would become 9007199254740992"),
+    (lambda t: t.__setitem__("unembed.b_U", np.array([True, False, True, False])), "tensor 'unembed.b_U' is boolean"),
+    (lambda t: t.__setitem__("blocks.00.attn.W_Q", t["blocks.0.attn.W_Q"]),
+     "blocks.00.attn.W_Q is not TransformerLens"),
+    (lambda t: t.__setitem__("blocks.01.attn.mask", np.ones((5, 5), bool)),
+     "blocks.01.attn.mask is not TransformerLens"),
+])
+def test_an_import_coerces_nothing_and_ignores_nothing(tmp_path, capsys, edit, message):
+    """An integer float64 would round and a boolean are not read as weights; a tensor under a name
+    that is not TransformerLens's exactly (blocks.00 beside blocks.0) is not left unread."""
+    state = tl_state(np.random.default_rng(2))
+    edit(state)
+    path = typed_safetensors(tmp_path / "tl.safetensors", state)
+    code, out, err = run(capsys, "import", str(path), "-o", str(tmp_path / "m.npz"), "--vocab", "a,b,c,d",
+                         "--act", "relu")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_integer_weights_that_float64_holds_are_imported_exactly(tmp_path):
+    from verifier.importers.transformer_lens import convert
+    state = tl_state(np.random.default_rng(2))
+    state["unembed.b_U"] = np.array([2 ** 60, -(2 ** 53), 3, -4])  # 2^60 is a float64 exactly
+    state["blocks.0.attn.mask"] = np.tril(np.ones((5, 5), bool))  # TransformerLens's buffer: not a weight, skipped
+    imported = convert(str(typed_safetensors(tmp_path / "tl.safetensors", state)), ["a", "b", "c", "d"],
+                       activation="relu")
+    assert [int(x) for x in imported.model.readout.b_U] == [2 ** 60, -(2 ** 53), 3, -4]
+    assert imported.skipped == ["blocks.0.attn.mask"]
+
+
+def test_an_import_whose_forward_pass_overflows_is_refused_not_reported_as_a_difference_of_0(tmp_path, capsys):
+    """q.k of 1e200-scale maps is inf, the softmax NaN: the round trip said "largest difference 0"."""
+    state = tl_state(np.random.default_rng(2))
+    state["blocks.0.attn.W_Q"] *= 1e200
+    state["blocks.0.attn.W_K"] *= 1e200
+    path = write_safetensors(tmp_path / "tl.safetensors", state)
+    code, out, err = run(capsys, "import", str(path), "-o", str(tmp_path / "m.npz"), "--vocab", "a,b,c,d",
+                         "--act", "relu")
+    assert code == 2 and "forward pass of these weights is not finite" in err and "difference" not in out, err
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_the_round_trip_tolerance_is_relative_to_the_activations(tmp_path, capsys):
+    """Activations near 1e9: two float64 forward passes differ by 2e-6 (a few roundings of the
+    largest values), which an absolute 1e-6 refused as an internal error."""
+    from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert
+    state = tl_state(np.random.default_rng(0))
+    state["embed.W_E"] *= 1e6
+    state["pos_embed.W_pos"] *= 1e6
+    path = write_safetensors(tmp_path / "tl.safetensors", state)
+    imported = convert(str(path), ["a", "b", "c", "d"], activation="relu")
+    assert 1e-6 < imported.round_trip_error <= ROUND_TRIP_TOLERANCE * imported.round_trip_scale
+    assert imported.round_trip_scale > 1e9
+    code, out, _ = run(capsys, "import", str(path), "-o", str(tmp_path / "m.npz"), "--vocab", "a,b,c,d",
+                       "--act", "relu")
+    assert code == 0 and "with activations up to 6.04e+09 (tolerance 1e-09 x that, at least 1)" in out
+
+
+def test_archives_with_two_members_of_one_name_are_refused(tmp_path, capsys):
+    """np.load and torch.load read one of two members of one name and ignore the other."""
+    import zipfile
+    assert run(capsys, "export", "idxl", "--N", "3", "-o", str(tmp_path / "m.npz"))[0] == 0
+    with zipfile.ZipFile(tmp_path / "m.npz") as zin, zipfile.ZipFile(tmp_path / "twice.npz", "w") as zout:
+        for member in zin.namelist():
+            zout.writestr(member, zin.read(member))
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            zout.writestr("E.npy", zin.read("E.npy"))  # the same bytes: still refused, one of them is unread
+    code, out, err = run(capsys, "run", "--model", str(tmp_path / "twice.npz"), "--task", "idxl", "--N", "3",
+                         "--p", "8")
+    assert code == 2 and "has two archive members named 'E.npy'" in err and out == "", err
+    with zipfile.ZipFile(tmp_path / "w.pt", "w") as zout, pytest.warns(UserWarning, match="Duplicate name"):
+        zout.writestr("w/data.pkl", b"")
+        zout.writestr("w/data.pkl", b"")
+    code, _, err = run(capsys, "import", str(tmp_path / "w.pt"), "-o", str(tmp_path / "m2.npz"), "--vocab", "a,b,c,d")
+    assert code == 2 and "has two archive members named 'w/data.pkl'" in err, err
 
 
 def test_gelu_is_refused(tmp_path, capsys):

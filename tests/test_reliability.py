@@ -266,11 +266,30 @@ def test_dump_directory_is_checked_before_the_run_and_names_never_run_out(capsys
     (("mqar", "--N", 8, "--p", 12, "--sigma", 10 ** 7), "of memory"),
     (("sweep", "idxl", "--N", "1..1000000000", "--p", "3..5"), "at most 10,000"),
     (("sweep", "idxl", "--N", "2..3", "--p", "29..33"), "p=32 is too wide"),
-    (("sweep", "idxl", "--N", "2,3,100000000", "--p", "5"), "of memory"),
+    (("sweep", "idxl", "--N", "2,3,100000000", "--p", "5"), "has 100,000,002 tokens; the verifier takes at most"),
 ])
 def test_bad_sizes_and_numbers_are_refused_before_work(capsys, args, message):
     code, out, err = run(capsys, *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == "", err
+
+
+@pytest.mark.parametrize("args,message", [
+    (("refute", "idxl", "--N", 3, "--p", 8, "--random-models", 1, "--certificates", -5),
+     "Invalid value for '--certificates': -5 is not in the range x>=0"),
+    (("tracr", "lib:make_length", "--vocab", "a,b", "--max-len", 3, "--p", 8, "--mlp-exactness", -5),
+     "Invalid value for '--mlp-exactness': -5 is not in the range x>=1"),
+    (("idxl", "--N", 3, "--p", 8, "--engine", "exhaustive", "--smtlib"),
+     "--smtlib writes the SMT engine's cases: it needs --engine smt, smt-bv, smt-int (not exhaustive)"),
+    (("idxl", "--N", 3, "--p", 8, "--smtlib"), "it needs --engine smt, smt-bv, smt-int (not auto)"),
+    (("run", "--model", "m.npz", "--task", "idxl", "--N", 3, "--p", 8, "--engine", "bounds", "--smtlib"),
+     "(not bounds)"),
+])
+def test_options_that_would_do_nothing_are_refused(capsys, tmp_path, args, message):
+    """A negative count, and an SMT-LIB directory for an engine that writes none, were taken silently."""
+    args = args + ((tmp_path / "smtlib",) if args[-1] == "--smtlib" else ())
+    code, out, err = run(capsys, *args)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == "", err
+    assert not (tmp_path / "smtlib").exists()
 
 
 def test_a_proof_of_a_width_0_model_is_sample_checked():

@@ -117,6 +117,57 @@ def test_report_refuses_what_it_cannot_read(capsys, tmp_path):
     assert run(capsys, "report", bad, "-o", tmp_path / "r.html")[0] == 2
 
 
+def edit_document(doc, place: tuple, value=None, delete: bool = False):
+    """The document with what is at `place` (keys from the root) set to `value`, or deleted; at the
+    root, `value`."""
+    if not place:
+        return value
+    parent = doc
+    for key in place[:-1]:
+        parent = parent[key]
+    if delete:
+        del parent[place[-1]]
+    else:
+        parent[place[-1]] = value
+    return doc
+
+
+def _edit(place: tuple, value=None, delete: bool = False):
+    return lambda doc: edit_document(doc, place, value, delete)
+
+
+@pytest.mark.parametrize("kind,edit,message", [
+    ("verdict", _edit(("verdict",), []), 'verdict: expected one of "proved", "refuted", "unknown", got an array'),
+    ("verdict", _edit(("task",), delete=True), "missing key 'task'"),
+    ("verdict", _edit(("task",), None), "task: expected an object (a table of keys), got null"),
+    ("verdict", _edit(("arithmetic", "step"), "x"), 'arithmetic.step: expected a finite number, got the string "x"'),
+    ("verdict", _edit(("inputs",), {}), "inputs: missing key 'covered'"),
+    ("verdict", _edit(("inputs", "checked", "positions"), 1),
+     "inputs.checked.of_positions: expected an integer, got null"),
+    ("dump", _edit(("counterexample", "margin"), delete=True), "counterexample: missing key 'margin'"),
+    ("dump", _edit(("first_departure", "gap_steps"), "x"),
+     'first_departure.gap_steps: expected a finite number or null, got the string "x"'),
+    ("dump", _edit(("trace", "embed", "real"), [1.0]), "trace.embed: 'real' and 'values' have different shapes"),
+    ("dump", _edit(("trace", "embed", "values"), [["x"]]), "trace.embed.values: expected a (nested) array of numbers"),
+    ("dump", _edit(("trace",), None), "trace: expected an object"),
+    ("sweep", _edit(("rows", 0, "N"), "x"), 'rows[0].N: expected an integer, got the string "x"'),
+    ("sweep", _edit(("rows", 0, "verdicts"), {"4": 1}), 'rows[0].verdicts.4: expected one of "proved"'),
+    ("sweep", _edit(("fit", "intercept"), delete=True), "fit: missing key 'intercept'"),
+    ("sweep", _edit(("arithmetic", "f"), []), "arithmetic.f: expected a string, got an array"),
+    ("sweep", lambda doc: [doc], "not a verdict (--json), a counterexample dump (--dump) or a sweep"),
+])
+def test_report_and_plot_refuse_malformed_documents_with_one_line(capsys, tmp_path, files, kind, edit, message):
+    """Wrong types, missing keys, a list for an object: an input error naming the field, never an
+    internal error while the page or the figure is drawn."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(edit(json.loads(files[kind].read_text()))))
+    commands = [("report", "r.html")] + ([("plot", "f.svg")] if kind != "verdict" else [])
+    for command, name in commands:
+        code, out, err = run(capsys, command, bad, "-o", tmp_path / name)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (command, err)
+        assert not (tmp_path / name).exists()
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (Debian package chromium)")
 def test_report_renders_in_headless_chromium(capsys, tmp_path, files):
     out = tmp_path / "r.html"

@@ -35,12 +35,13 @@ CERTIFICATE_SCHEMA = {
     "properties": {
         "format": {"type": "string", "const": "verify-certificate"},
         "version": {"type": "integer", "const": 1},
-        "task": {"type": "object", "required": ["name", "N"]},
+        "task": {"type": "object", "required": ["name", "N"], "properties": {"name": {"type": "string"}}},
         "argument": {"type": "string"},
         "w": {"type": "array", "items": {"type": "string"}},
         "members": {"type": "array", "minItems": 2, "items": {
             "type": "object", "required": ["tokens", "label", "lambda", "mu"],
-            "properties": {"tokens": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+            "properties": {"tokens": {"type": "array", "minItems": 1,  # token ids: int64 (a task has fewer)
+                                      "items": {"type": "integer", "minimum": 0, "maximum": 2 ** 62}},
                            "label": {"type": "integer", "minimum": 0},
                            "lambda": {"type": "integer"},
                            "mu": {"type": "object", "additionalProperties": {"type": "string"}}}}},

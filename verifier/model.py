@@ -31,7 +31,7 @@ import numpy as np
 from .arithmetic import ATTENTION_KINDS
 from .budget import require_memory
 from .errors import InputError
-from .schema import parse_json, regular_file, show, validate
+from .schema import parse_json, regular_file, show, validate, zip_members
 
 FORMAT_NAME = "verify-model"
 FORMAT_VERSION = 2
@@ -452,8 +452,7 @@ def load_model(path: str | Path) -> Model | Recurrent:
     path = regular_file(path, "model file")
     source = f"model file {path}"
     try:
-        with zipfile.ZipFile(path) as zf:
-            require_memory(3 * sum(i.file_size for i in zf.infolist()), source)
+        require_memory(3 * sum(i.file_size for i in zip_members(path, source)), source)
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except (zipfile.BadZipFile, zipfile.LargeZipFile):

@@ -17,6 +17,7 @@ import io
 import math
 import re
 from pathlib import Path
+from typing import BinaryIO, Optional
 
 import numpy as np
 
@@ -137,12 +138,16 @@ def _axis_labels(cex: dict, n_queries: int, n_keys: int) -> tuple[list[str], lis
     return keys, [str(first + i) for i in range(n_queries)]
 
 
-def save(fig, path: str | Path) -> Path:
-    """Write the figure as a new file (exclusive create)."""
+def save(fig, path: str | Path, fh: Optional[BinaryIO] = None) -> Path:
+    """Write the figure as a new file (exclusive create), or into `fh`: the file `path`, created
+    before the run that drew it (`sweep.new_output`)."""
     path = Path(path)
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower()[1:])
     _pyplot().close(fig)
+    if fh is not None:
+        fh.write(buf.getvalue())
+        return path
     try:
         with open(path, "xb") as fh:
             fh.write(buf.getvalue())

@@ -45,6 +45,7 @@ from . import fooling, protocol
 from .model import Head, Layer, Model, Readout, Recurrent
 from .protocol import summaries
 from .result import EXIT_CODES, Counterexample
+from .sizes import model_cost
 from .tasks.combinatorics import falling
 
 METHODS = ("auto", "dependent", "protocol", "search")
@@ -457,8 +458,11 @@ def random_model(task, heads: int, width: int, attention: str, rng: np.random.Ge
     key and value width `width`, a residual connection (none for one-head softmax, which the
     dependent-set argument covers only without one), a readout of the task's kind."""
     V, n, d = len(task.vocab), task.max_len, 2 * width + 4
+    W_O_width = width if attention == "relu" else heads * width
+    model_cost(f"a random model of {heads} heads of width {width}", d,
+               3 * heads * width + W_O_width + V + n + task.num_classes).admit()  # before a weight is drawn
     heads_ = [Head(*(rng.normal(0, 1, (width, d)) for _ in range(3))) for _ in range(heads)]
-    W_O = rng.normal(0, 1, (d, width if attention == "relu" else heads * width))
+    W_O = rng.normal(0, 1, (d, W_O_width))
     residual = not (attention == "softmax" and heads == 1)
     layer = Layer(heads_, W_O, attention=attention, residual=residual, causal=False)
     C = task.num_classes

@@ -20,7 +20,7 @@ import numpy as np
 
 from .dump import aligned, departure_text, first_departure, row_names
 from .errors import InputError
-from .schema import read_text
+from .schema import parse_json, read_text, validate
 
 KINDS = ("verdict", "dump", "sweep")
 COLORS = {"proved": "#1a7f37", "refuted": "#cf222e", "unknown": "#9a6700"}
@@ -37,20 +37,99 @@ tr.departure td{background:#fff1e5;border-color:#d1242f}
 """
 
 
-def load(path: str | Path) -> tuple[str, dict]:
-    """A document the commands write, and its kind (one of KINDS)."""
-    try:
-        doc = json.loads(read_text(Path(path), "result file"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not JSON ({exc})") from None
+def _obj(required: list, **properties) -> dict:
+    """An object with these keys (others allowed: a newer verify may write more than a report reads)."""
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def _maybe(schema: dict) -> dict:
+    """The schema, or null."""
+    return {**schema, "type": [schema["type"], "null"]}
+
+
+_STR, _INT, _NUM = {"type": "string"}, {"type": "integer"}, {"type": "number"}
+_NAMES = {"type": "array", "items": _STR}
+_COUNTEREXAMPLE = _obj(["input", "expected", "produced", "reason", "margin"], input=_STR, expected=_STR,
+                       produced=_STR, reason=_maybe(_STR), margin=_maybe(_NUM), position=_maybe(_INT),
+                       real_produced=_maybe(_STR), real_margin=_maybe(_NUM), overflow_at=_NAMES,
+                       saturated_at=_NAMES)
+_COUNTEREXAMPLE["dependentRequired"] = {"real_produced": ["real_margin"]}
+_TRACE = {"type": "object", "additionalProperties": _obj(["values", "real"], values={"type": "array"},
+                                                         real=_maybe({"type": "array"}))}
+_RUN = {"verdict": {"enum": ["proved", "refuted", "unknown"]}, "task": {"type": "object", "properties": {"name": _STR}},
+        "construction": _maybe({"type": "object", "properties": {"construction": _STR, "variant": _maybe(_STR),
+                                                                   "theorem": _maybe(_STR)}}),
+        "params": _maybe({"type": "object"}), "provenance": _maybe({"type": "object"}),
+        "arithmetic": {"type": "object", "properties": {"step": {"type": "number", "exclusiveMinimum": 0}}},
+        "engine": _STR, "trace": _maybe(_TRACE), "residual_rows": _maybe(_NAMES)}
+# What the report and `verify plot` read of each document the commands write: a file that is not
+# one of them, or breaks one of these types, is refused with one line (a field and what it expected).
+SCHEMAS = {
+    "verdict": {**_obj(["verdict", "task", "arithmetic", "engine", "inputs", "seconds", "status"], **_RUN,
+                       inputs=_obj(["covered", "total"], covered={**_INT, "minimum": 0}, total={**_INT, "minimum": 0},
+                                   checked=_maybe({**_obj(["inputs"], inputs=_INT, positions=_maybe(_INT),
+                                                          of_positions=_maybe(_INT)),
+                                                   "if": {"required": ["positions"], "properties": {"positions": _INT}},
+                                                   "then": {"required": ["of_positions"],
+                                                            "properties": {"of_positions": _INT}}})),
+                       seconds=_NUM, status=_STR, reason=_maybe(_STR), min_margin=_maybe(_NUM),
+                       tightest=_maybe(_obj(["input"], input=_STR)),
+                       counterexamples={"type": "array", "items": _COUNTEREXAMPLE}),
+                "if": {"required": ["trace"], "properties": {"trace": {"type": "object"}}},
+                "then": {"properties": {"arithmetic": {"required": ["step"]}}}},
+    "dump": _obj(["verdict", "task", "arithmetic", "counterexample", "trace"], **{**_RUN, "trace": _TRACE},
+                 counterexample=_COUNTEREXAMPLE,
+                 first_departure=_maybe(_obj(["name", "element", "fx", "real", "gap_steps"], name=_STR,
+                                             element={"type": "array", "items": {**_INT, "minimum": 0}}, fx=_NUM,
+                                             real=_maybe(_NUM), gap_steps=_maybe(_NUM), at=_STR)),
+                 quantized_weights=_maybe({"type": "object", "additionalProperties": _obj(
+                     ["shape", "codes"], shape={"type": "array", "items": _INT}, codes={"type": "array"})})),
+    "sweep": _obj(["task", "arithmetic", "rows"], task=_STR, arithmetic={"type": "object", "properties": {"f": _STR}},
+                  construction=_maybe({"type": "object"}), partial=_maybe(_STR), ran_on=_maybe(_STR),
+                  fit=_maybe({**_obj([], slope=_maybe(_NUM), intercept=_maybe(_NUM)),
+                              "if": {"required": ["slope"], "properties": {"slope": _NUM}},
+                              "then": {"required": ["intercept"], "properties": {"intercept": _NUM}}}),
+                  rows={"type": "array", "items": _obj(
+                      ["N", "p_star", "verdicts"], N={**_INT, "minimum": 1}, p_star=_maybe(_INT),
+                      verdicts={"type": "object", "additionalProperties": {"enum": ["proved", "refuted", "unknown"]}},
+                      ruled_out_by=_maybe(_STR), ruled_out_reason=_maybe(_STR))}),
+}
+
+
+def kind_of(doc) -> Optional[str]:
+    """Which document the commands write this is, by its keys (None: none of them)."""
     if isinstance(doc, dict):
         if "rows" in doc and "fit" in doc:
-            return "sweep", doc
+            return "sweep"
         if "counterexample" in doc and "trace" in doc:
-            return "dump", doc
+            return "dump"
         if "verdict" in doc and "inputs" in doc:
-            return "verdict", doc
-    raise InputError(f"{path}: not a verdict (--json), a counterexample dump (--dump) or a sweep (sweep -o X.json)")
+            return "verdict"
+    return None
+
+
+def load(path: str | Path) -> tuple[str, dict]:
+    """A document the commands write, and its kind (one of KINDS), checked against its schema
+    (`SCHEMAS`) and its trace's numbers read, so that a malformed file is an input error here,
+    not a failure while the report is drawn."""
+    source = f"result file {path}"
+    doc = parse_json(read_text(Path(path), "result file"), source, allow_nan=True)  # a trace's real values may be
+    kind = kind_of(doc)                                                              # inf or NaN
+    if kind is None:
+        raise InputError(f"{path}: not a verdict (--json), a counterexample dump (--dump) or a sweep (sweep -o X.json)")
+    validate(doc, SCHEMAS[kind], f"{source} ({kind})")
+    for name, v in (doc.get("trace") or {}).items():
+        values = _numbers(v["values"], f"{source}: trace.{name}.values")
+        if v.get("real") is not None and _numbers(v["real"], f"{source}: trace.{name}.real").shape != values.shape:
+            raise InputError(f"{source}: trace.{name}: 'real' and 'values' have different shapes")
+    return kind, doc
+
+
+def _numbers(x, where: str) -> np.ndarray:
+    try:
+        return np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: expected a (nested) array of numbers of one shape") from None
 
 
 def _e(x) -> str:

@@ -24,6 +24,8 @@ import json
 import math
 import os
 import stat
+import zipfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,8 @@ _TYPE_WORDS = {"integer": "an integer", "number": "a finite number", "boolean": 
 
 def show(x: Any) -> str:
     """A value as an error message quotes it, with its type when the type is the point."""
+    if x is None:
+        return "null"
     if isinstance(x, bool):
         return f"the boolean {str(x).lower()}"
     if isinstance(x, str):
@@ -147,6 +151,18 @@ def read_text(path: str | Path, what: str) -> str:
             from None
 
 
+def zip_members(path: Path, source: str) -> list[zipfile.ZipInfo]:
+    """The members of a zip archive (an .npz, a .pt), refused if two share a name: a reader would
+    take one of them and never look at the other.  BadZipFile is the caller's to report."""
+    with zipfile.ZipFile(path) as zf:
+        members = zf.infolist()
+    twice = sorted(name for name, count in Counter(m.filename for m in members).items() if count > 1)
+    if twice:
+        raise InputError(f"{source} has two archive members named {twice[0]!r}; a reader would use one and ignore "
+                         f"the other")
+    return members
+
+
 def _no_duplicates(pairs: list) -> dict:
     out = {}
     for key, value in pairs:
@@ -160,10 +176,12 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(text: str, source: str) -> Any:
-    """Strict JSON: no NaN or Infinity literals, no duplicate keys."""
+def parse_json(text: str, source: str, allow_nan: bool = False) -> Any:
+    """Strict JSON: no duplicate keys, and no NaN or Infinity literals (but where `allow_nan`: in
+    what the commands write, where a float64 value may be one)."""
     try:
-        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+        return json.loads(text, object_pairs_hook=_no_duplicates, **({} if allow_nan else
+                                                                       {"parse_constant": _no_constant}))
     except json.JSONDecodeError as exc:
         raise InputError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:

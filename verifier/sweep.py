@@ -5,8 +5,9 @@ larger p of the range (so a p that proves by luck below a failing one does not c
 table also lists every verdict, and the counterexample that rules out p* - 1.  The fit is an
 ordinary least-squares line p* = a log2 N + c over the N that have a p*.
 
-Every format of the grid, the task's options and the largest problem are checked before the first
-run, so a bad grid fails at once, not after hours; each problem is built when its run goes.  An interruption (Ctrl-C, SIGTERM) stops the sweep: the
+The number of runs (at most MAX_POINTS), every format of the grid, the task's options and the
+largest problem are checked before the first run, so a bad grid fails at once, not after hours;
+each problem is built when its run goes.  An interruption (Ctrl-C, SIGTERM) stops the sweep: the
 frontier is marked partial, and a row with a p not decided has no p*; with a verdict cache, the
 same command then resumes where it stopped.
 """
@@ -32,6 +33,7 @@ from .result import Result
 from .tasks import Task
 
 MAX_GRID = 10_000  # values in one --N or --p range
+MAX_POINTS = 10_000  # (N, p) runs in one sweep: each builds and decides a problem
 
 
 @dataclass
@@ -129,6 +131,9 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     in `problem` is swept in place of the built-in construction."""
     if int_bits is not None and problem.get("f") is not None:
         raise InputError("--f and --int-bits both set the fractional bits; give one")
+    if len(Ns) * len(ps) > MAX_POINTS:
+        raise InputError(f"the sweep has {len(Ns):,} values of N and {len(ps):,} of p, {len(Ns) * len(ps):,} runs; "
+                         f"at most {MAX_POINTS:,}")
     arith = {k: problem[k] for k in ("f", "rounding", "overflow", "accumulate") if problem.get(k) is not None}
 
     def at(p: int) -> dict:
@@ -192,12 +197,12 @@ def _row(N: int, ps: list[int], results: dict) -> FrontierRow:
 
 
 @contextlib.contextmanager
-def new_output(path: str | Path) -> Iterator[TextIO]:
+def new_output(path: str | Path, binary: bool = False) -> Iterator[TextIO]:
     """Create the output file now, before a long run, so that a name that exists or cannot be
     created fails at once; it is never overwritten.  If the run fails, the empty file is removed."""
     path = Path(path)
     try:
-        fh = open(path, "x")
+        fh = open(path, "xb" if binary else "x")
     except FileExistsError:
         raise InputError(f"{path} exists; refusing to overwrite it") from None
     except OSError as exc:

@@ -31,10 +31,10 @@ import math
 
 import numpy as np
 
-from ..budget import require_weights
 from ..errors import InputError
 from ..model import Head, Layer, Model, Readout
 from ..papers import CHEN_PENG_WU_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, matrix
 
 THEOREM = CHEN_PENG_WU_2024.cite("Corollary 1.2 (L + 1 layers suffice)")
@@ -46,10 +46,7 @@ def _angle(v: int, M: int) -> np.ndarray:
     return np.array([math.cos(2 * math.pi * v / M), math.sin(2 * math.pi * v / M)])
 
 
-def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=None) -> Model:
-    L, m, n, sizes = task.depth, task.N, task.n, task.sizes
-    if eta is not None and not eta > 0:
-        raise InputError(f"--eta (a factor on lambda) must be > 0, got {eta}")
+def _layout(L: int) -> Layout:
     blocks = dict(blk=L + 2, ONE=1, VAL=2, KA1=2)
     for l in range(2, L + 1):
         blocks[f"KA{l}"], blocks[f"KB{l}"] = 2, 2
@@ -57,8 +54,20 @@ def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=N
         blocks[f"W{l}"] = 2
     for l in range(L + 1):
         blocks[f"R{l}"] = 2
-    Lay = Layout(**blocks)
-    require_weights(f"composition at depth {L}", Lay.d, 8 * Lay.d)
+    return Layout(**blocks)
+
+
+def cost(task, variant: str = "designed", k=None) -> Cost:
+    """E (a row per token), P (a row per position), L + 1 one-head layers of a few rows."""
+    d = _layout(task.depth).d
+    return model_cost(f"composition at depth {task.depth}", d, len(task.vocab) + task.max_len + 8 * (task.depth + 1))
+
+
+def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=None) -> Model:
+    L, m, n, sizes = task.depth, task.N, task.n, task.sizes
+    if eta is not None and not eta > 0:
+        raise InputError(f"--eta (a factor on lambda) must be > 0, got {eta}")
+    Lay = _layout(L)
     kind = {l: L - l for l in range(1, L + 1)} | {0: L, "w": L + 1}  # blk row of each block
 
     E = np.zeros((len(task.vocab), Lay.d))

@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..budget import require_weights
 from ..model import Head, Layer, Model, Readout, Recurrent
 from ..papers import BHATTAMISHRA_2024
+from ..sizes import Cost, model_cost
 from ..tasks.sequences import DYCK22_ALPHABET, DYCK22_DFA, DYCK22_STATES
 from .blocks import Layout, matrix, relu_units
 from .induction_heads import GAMMA, previous_token_head, snap
@@ -59,12 +59,22 @@ def build(task, variant: str = "transformer", k=None, eta=None, seed: int = 0, k
     return _recurrent(task) if variant == "recurrent" else _transformer(task)
 
 
+STREAM = Layout(TOK=4, BOS=1, ONE=1, POS=1, POS2=1, UA=1, UB=1, UV=1, PREV=4, PREVC=4, GE=len(GE),
+                EMPTY=1, LEGAL=1, AGG=1, ACC=1)
+
+
+def cost(task, variant: str = "transformer", k=None) -> Cost:
+    """The transformer: P (a row per position) and three layers of a few dozen rows of width d; the
+    automaton: 29 units for every N."""
+    if variant == "recurrent":
+        return model_cost("dyck22 (recurrent)", 29, 29 + 5 + 2)
+    return model_cost(f"dyck22 at N={task.N}", STREAM.d, task.N + 1 + 60)
+
+
 def _transformer(task) -> Model:
     N = task.N
     K = 2.0 * (N + 1)
-    L = Layout(TOK=4, BOS=1, ONE=1, POS=1, POS2=1, UA=1, UB=1, UV=1, PREV=4, PREVC=4, GE=len(GE),
-               EMPTY=1, LEGAL=1, AGG=1, ACC=1)
-    require_weights(f"dyck22 at N={N}", L.d, 60)
+    L = STREAM
     E = np.zeros((len(task.vocab), L.d))
     E[:4, L["TOK"]] = np.eye(4)
     E[task.bos, L.row("BOS")] = 1.0

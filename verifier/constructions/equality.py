@@ -55,12 +55,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..budget import require_weights
 from ..errors import InputError
 from ..model import Head, Layer, Model, Readout, exact_array
 from ..papers import BHATTAMISHRA_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units, zeros
-from .sign_vectors import corollary_81, sign_vectors
+from .sign_vectors import corollary_81, sign_vectors, vectors_cost, width
 
 THEOREM = BHATTAMISHRA_2024.cite("Theorem 6, Appendix F.2")
 VARIANTS = {
@@ -106,16 +106,24 @@ def mean_head(L: Layout, values: dict[str, int]) -> Head:
                                                                     exact=True))
 
 
+def _layout(k: int, paper: bool) -> Layout:
+    return Layout(c0=1, c1=1, B3=k, B4=k, cst=1, g=1, m=1, **({} if paper else {"ref": 1}))
+
+
+def cost(task, variant: str = "corrected", k: int | None = None) -> Cost:
+    """T (N vectors of width k); E, P (N rows), the two layers and the readout."""
+    N, r = task.N, width(task.N, k, random=variant == "paper")
+    what = f"equality at N={N}" if k is None else f"equality with k={k}"
+    return model_cost(what, _layout(r, variant == "paper").d, N + 2 * r + 16) + vectors_cost(N, r)
+
+
 def build(task, variant: str = "corrected", k: int | None = None, eta: float | None = None, seed: int = 0,
           kc: float | None = None) -> Model:
     N = task.N
     paper = variant == "paper"
-    if k is not None:
-        require_weights(f"equality with k={k}", 2 * k + 6, N + 2 * k + 16)
     sv = corollary_81(N, k, seed) if paper else sign_vectors(N, k, seed)
     k = sv.T.shape[1]
-    L = Layout(c0=1, c1=1, B3=k, B4=k, cst=1, g=1, m=1, **({} if paper else {"ref": 1}))
-    require_weights(f"equality at N={N}", L.d, N + 2 * k + 16)
+    L = _layout(k, paper)
     eta_value, rule = scale(eta, paper, N, kc, retrieval_eta(N), "2 ln(3(N-1))")
     exact_T = sv.exact is not None
     T = sv.T if sv.exact is None else sv.exact

@@ -24,20 +24,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..budget import require_weights
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, instructive
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 3, Appendix 13.2")
 VARIANTS = {"paper": "the printed copy-and-match construction (it is correct)"}
 
 
+def _layout(task) -> Layout:
+    return Layout(question=task.nq, flag=1, answer=task.na, P=3 * task.k + 2)
+
+
+def cost(task, variant: str = "paper", k=None) -> Cost:
+    """Two layers of d x d maps, E, P and the readout."""
+    d = _layout(task).d
+    return model_cost(f"icqa at k={task.k}", d, 4 * d + len(task.vocab) + task.na)
+
+
 def build(task, variant: str = "paper", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     nq, na, kk = task.nq, task.na, task.k
     n = 3 * kk + 2
-    L = Layout(question=nq, flag=1, answer=na, P=n)
-    require_weights(f"icqa at k={kk}", L.d, 4 * L.d + na)
+    L = _layout(task)
 
     E = np.zeros((len(task.vocab), L.d))
     E[:nq, L["question"]] = np.eye(nq)

@@ -70,9 +70,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..budget import require_weights
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, constrained, instructive
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 6, Appendix 15")
@@ -83,12 +83,24 @@ VARIANTS = {"paper": "the printed maps (alpha^(2) n x n, W_QK^(1)'s rectangular 
                          "the query, match (2l heads subtract the non-matching answers)"}
 
 
+def _layout(task, printed: bool) -> Layout:
+    """The printed maps keep a template block of l + 2 rows (the text's layer 1 writes that many); the
+    corrected one l."""
+    return Layout(token=task.alphabet, flag=1, answer=task.na, P=task.max_len,
+                  TB=task.length + 2 if printed else task.length)
+
+
+def cost(task, variant: str = "corrected", k=None) -> Cost:
+    """Three layers of d x d maps (2 l + 4 of them), E, P and the readout."""
+    d, l = _layout(task, variant in ("paper", "charitable")).d, task.length
+    return model_cost(f"ictm at k={task.k}, l={l}", d, (2 * l + 4) * d + len(task.vocab) + task.na)
+
+
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, l, kk, na = task.alphabet, task.length, task.k, task.na
     n, B = task.max_len, task.block
     printed = variant in ("paper", "charitable")
-    L = Layout(token=X, flag=1, answer=na, P=n, TB=l + 2 if printed else l)
-    require_weights(f"ictm at k={kk}, l={l}", L.d, (2 * l + 4) * L.d + na)
+    L = _layout(task, printed)
     block = np.arange(n) // B  # the query block is block k
     off = np.arange(n) % B
     q = kk * B  # the query block's first position

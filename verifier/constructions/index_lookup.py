@@ -49,13 +49,13 @@ import math
 
 import numpy as np
 
-from ..budget import require_weights
 from ..errors import InputError
 from ..model import Head, Layer, Model, Readout, exact_array
 from ..papers import BHATTAMISHRA_2024
+from ..sizes import Cost, model_cost
 from ..tasks.index_lookup import symbol_names
 from .blocks import Layout, matrix, relu_units
-from .sign_vectors import corollary_81, sign_vectors
+from .sign_vectors import corollary_81, sign_vectors, vectors_cost, width
 
 THEOREM = BHATTAMISHRA_2024.cite("Theorem 1, Appendix C.2")
 VARIANTS = {
@@ -69,6 +69,17 @@ def paper_eta(N: int) -> float:
     return 2.0 * math.log(3 * N)
 
 
+def _bits(sigma: int) -> int:
+    return max(1, math.ceil(math.log2(sigma)))
+
+
+def cost(N: int, sigma: int = 2, k: int | None = None, variant: str = "corrected") -> Cost:
+    """T (N vectors of width k), and d = b + 2k rows of E, P, the head, the FFN and the readout."""
+    b, r = _bits(sigma), width(N, k, random=variant == "paper")
+    what = f"index_lookup at N={N}" if k is None else f"index_lookup with k={k}"
+    return model_cost(what, b + 2 * r, sigma + 2 * N + 4 * r + 6 * b) + vectors_cost(N, r)
+
+
 def build(N: int, sigma: int = 2, k: int | None = None, eta: float | None = None, seed: int = 0,
           variant: str = "corrected") -> Model:
     if not isinstance(N, int) or N < 1:
@@ -77,13 +88,10 @@ def build(N: int, sigma: int = 2, k: int | None = None, eta: float | None = None
         raise InputError(f"k must be >= 1, got {k}")
     if eta is not None and not math.isfinite(eta):
         raise InputError(f"eta must be a finite number, got {eta}")
-    b = max(1, math.ceil(math.log2(sigma)))
-    if k is not None:  # the only size a user sets directly: refuse it before building T
-        require_weights(f"index_lookup with k={k}", b + 2 * k, sigma + 2 * N + 4 * k + 6 * b)
+    b = _bits(sigma)
     sv = corollary_81(N, k, seed) if variant == "paper" else sign_vectors(N, k, seed)
     k = sv.T.shape[1]
     L = Layout(rho=b, T_index=k, T_pos=k)
-    require_weights(f"index_lookup at N={N}", L.d, sigma + 2 * N + 4 * k + 6 * b)
     eta_value = paper_eta(N) if eta is None else float(eta)
     T = sv.T if sv.exact is None else sv.exact
     exact_T = sv.exact is not None

@@ -60,10 +60,10 @@ import math
 
 import numpy as np
 
-from ..budget import require_weights
 from ..errors import InputError
 from ..model import Head, Layer, Model, Readout
 from ..papers import SANFORD_HSU_TELGARSKY_2024, SANFORD_HSU_TELGARSKY_2024B
+from ..sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units
 
 THEOREM = SANFORD_HSU_TELGARSKY_2024.cite("Section 1 (two layers suffice)")
@@ -76,6 +76,14 @@ VARIANTS = {
     "angles": "B' for large alphabets: tokens as angles c(a; sigma), width 11 for every sigma",
 }
 GAMMA, BETA = 4.0, 2.0
+
+
+def cost(task, variant: str = "designed", k=None) -> Cost:
+    """P (a row per position) and two layers of O(sigma) rows; d is 4 sigma + 5 (designed), 5 sigma + 9
+    (SHT), 11 (angles)."""
+    s = task.sigma
+    d, rows = {"designed": (4 * s + 5, 6 * s + 8), "angles": (11, 24)}.get(variant, (5 * s + 9, 16 * s + 16))
+    return model_cost(f"induction_heads at N={task.N}", d, task.N + 1 + len(task.vocab) + rows)
 
 
 def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=None) -> Model:
@@ -134,7 +142,6 @@ def _designed(task, beta: float) -> Model:
         raise InputError(f"beta (--eta) must be > 0, got {beta}")
     lam = 8.0 * N
     L, E = _stream(task, POS=1, POS2=1, PREV=s, PREVC=s, OUT=s + 1)
-    require_weights(f"induction_heads at N={N}", L.d, 6 * s + 8)
     P = np.zeros((N + 1, L.d))
     P[:, L.row("POS")] = np.arange(N + 1)
     P[:, L.row("POS2")] = np.arange(N + 1) ** 2
@@ -189,7 +196,6 @@ def _sht(task, spacing: int, variant: str) -> Model:
     s, N = task.sigma, task.N
     N1, Np = N + 1, spacing * s
     L, E = _stream(task, C1=2, ANG=2 * s, PREV=s, QA=2, KA=2, OUT=s + 1)
-    require_weights(f"induction_heads at N={N}", L.d, 16 * s + 16)
     pos = np.arange(N1)
     P = np.zeros((N1, L.d))
     P[:, L["C1"]] = _angles(pos, N1)

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..budget import require_weights
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 1, Lemmas 3 and 4")
@@ -53,12 +53,18 @@ def layouts(X: int, N: int) -> tuple[Layout, Layout]:
     return inputs, inputs.overlay(**{f"x{i}": X for i in range(N)})
 
 
+def cost(task, variant: str = "corrected", k=None) -> Cost:
+    """N + 1 heads of d x d maps (and the cancelling one), the readout's C rows."""
+    X, N = len(task.symbols), task.N
+    d = layouts(X, N)[0].d
+    return model_cost(f"memorization at N={N}, |X|={X}", d, (N + 3) * d + task.num_classes)
+
+
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, N = len(task.symbols), task.N
     n = N + 1
     inputs, out = layouts(X, N)
     d, C = inputs.d, task.num_classes
-    require_weights(f"memorization at N={N}, |X|={X}", d, (n + 2) * d + C)
 
     E = np.zeros((X + 1, d))
     E[:X, inputs["token"]] = np.eye(X)

@@ -66,11 +66,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..budget import require_weights
 from ..model import Head, Layer, Model, Readout, exact_array
 from ..papers import BHATTAMISHRA_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units
-from .sign_vectors import corollary_81, sign_vectors
+from .sign_vectors import corollary_81, sign_vectors, vectors_cost, width
 
 THEOREM = BHATTAMISHRA_2024.cite("Theorem 7, Appendix G.2")
 VARIANTS = {
@@ -100,22 +100,38 @@ def sigma_units(block: str, width: int) -> list[tuple[dict, int, dict]]:
                                                                               (-1, 0, 1)) for j in range(width)]
 
 
+def _width(count: int, variant: str, k: int | None) -> int:
+    """T's width: Hadamard rows (|<T(i), T(j)>| = 0 <= gamma/100) but for the unscaled variant's Cor 8.1 T."""
+    if variant == "unscaled":
+        return width(count, k, random=True)
+    return 1 << math.ceil(math.log2(count)) if k is None else k
+
+
+def _layout(dx: int, r: int) -> Layout:
+    return Layout(X=dx, Y=1, C=1, B4=r, B5=r, B6=r)
+
+
+def cost(task, variant: str = "corrected", k: int | None = None) -> Cost:
+    """T (2N vectors of width r); E (the codebook and two labels), P (2N rows), two layers, the readout."""
+    N, count = task.N, 2 * task.N
+    r = _width(count, variant, k)
+    what = f"{task.name} at N={N}" if k is None else f"{task.name} with k={k}"
+    return (model_cost(what, _layout(task.codebook.shape[1], r).d, len(task.codebook) + 2 * N + 14 * r)
+            + vectors_cost(count, r))
+
+
 def build(task, variant: str = "corrected", k: int | None = None, eta: float | None = None, seed: int = 0,
           kc: float | None = None) -> Model:
     N, gamma, codebook = task.N, task.gamma, task.codebook
     printed = variant in ("paper", "literal")  # the printed construction, read with its scale and sigma
     count = 2 * N
-    if k is not None:
-        require_weights(f"{task.name} with k={k}", codebook.shape[1] + 2 + 3 * k, len(codebook) + 2 * N + 14 * k)
     if variant == "unscaled":
         sv = corollary_81(count, k, seed)
     else:
-        k = (1 << math.ceil(math.log2(count))) if k is None else k
-        sv = sign_vectors(count, k, seed, thresh=gamma / 100, two_sided=True)
+        sv = sign_vectors(count, _width(count, variant, k), seed, thresh=gamma / 100, two_sided=True)
     r, dx = sv.T.shape[1], codebook.shape[1]
-    L = Layout(X=dx, Y=1, C=1, B4=r, B5=r, B6=r)
+    L = _layout(dx, r)
     V = len(codebook)
-    require_weights(f"{task.name} at N={N}", L.d, V + 2 * N + 14 * r)
     eta1 = layer1_eta(N, gamma) if eta is None else float(eta)
     eta2 = layer2_eta(N, gamma)
     T, exact_T = (sv.T, False) if sv.exact is None else (sv.exact, True)  # row q-1 is T(q)

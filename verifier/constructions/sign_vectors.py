@@ -21,6 +21,7 @@ import numpy as np
 
 from ..budget import require_memory
 from ..model import exact_array
+from ..sizes import Cost
 
 _TRIES = 100
 
@@ -50,6 +51,23 @@ class SignVectors:
                 "gram_ok": self.ok}
 
 
+def width(count: int, k: int | None = None, random: bool = False) -> int:
+    """The width of `count` sign vectors, estimated before they are drawn: the given k; for
+    `corollary_81` (``random``), whose search stops at the first width a seed passes, 32 ln count
+    (it stops at 44 for 16 vectors, 87 for 40); for `sign_vectors`, its rule: Hadamard rows where
+    they are no wider than k = 64 ln count random signs, else those (a resample widens them a little)."""
+    if k is not None:
+        return k
+    if random:
+        return max(4, math.ceil(32 * math.log(count)))
+    return min(1 << max(0, math.ceil(math.log2(count))), max(1, math.ceil(64 * math.log(count))))
+
+
+def vectors_cost(count: int, k: int) -> Cost:
+    """`count` vectors of width k and their Gram matrix (count x count), in float64."""
+    return Cost(f"{count} sign vectors of width {k}", 4 * 8.0 * count * max(count, k))
+
+
 def hadamard(k: int) -> np.ndarray:
     """Sylvester's Hadamard matrix of order k (a power of two), entries +-1."""
     if k < 1 or k & (k - 1):
@@ -75,10 +93,8 @@ def sign_vectors(count: int, k: int | None = None, seed: int = 0, thresh: float 
     """`count` vectors with max_{i != j} <T(i), T(j)> <= thresh (|.| if two_sided)."""
     k_hadamard = 1 << max(0, math.ceil(math.log2(count)))
     if k is None:
-        if k_hadamard <= max(1, math.ceil(64 * math.log(count))):
-            k = k_hadamard
-        else:
-            k = math.ceil(64 * math.log(count))
+        k = width(count)
+        if k != k_hadamard:
             while True:
                 found = _random(count, k, seed, thresh, two_sided)
                 if found.ok:
@@ -93,7 +109,7 @@ def sign_vectors(count: int, k: int | None = None, seed: int = 0, thresh: float 
 
 def _random(count: int, k: int, seed: int, thresh: float, two_sided: bool) -> SignVectors:
     """Seeded i.i.d. signs; seeds seed, seed+1, ... until the Gram check passes (else the best)."""
-    require_memory(4 * 8.0 * count * max(count, k), f"{count} random sign vectors of width {k}")
+    vectors_cost(count, k).admit()
     best = None
     for s in range(seed, seed + _TRIES):
         T = np.random.default_rng(s).choice([-1.0, 1.0], size=(count, k)) / math.sqrt(k)

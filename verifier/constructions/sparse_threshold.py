@@ -67,13 +67,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..budget import require_weights
 from ..errors import UnbuildableError
 from ..model import Layer, Model, Readout, exact_array
 from ..papers import BHATTAMISHRA_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units
 from .equality import mean_head, retrieval_head, scale
-from .sign_vectors import corollary_81, sign_vectors
+from .sign_vectors import corollary_81, sign_vectors, vectors_cost, width
 
 THEOREM = BHATTAMISHRA_2024.cite("Theorem 13, Appendix F.3")
 VARIANTS = {
@@ -120,6 +120,19 @@ def _rational(b) -> Fraction:
     return Fraction(repr(b)) if isinstance(b, float) else Fraction(b)
 
 
+def _layout(r: int, s: int, paper: bool) -> Layout:
+    return Layout(c0=1, A=r, **{f"B{h + 1}": r for h in range(s)}, cst=1, z=s,
+                  **({} if paper else {"t": 2 ** s}), g=1, m=1, **({} if paper else {"ref": 1}))
+
+
+def cost(task, variant: str = "corrected", k: int | None = None) -> Cost:
+    """T (N + 1 vectors of width r); E, P (N + 1 rows), s heads, the feature FFN (2^s units) and layer 2."""
+    N, s, r = task.N, max(1, task.inst.s), width(task.N + 1, k, random=variant == "paper")
+    what = f"{task.name} at N={N}" if k is None else f"{task.name} with k={k}"
+    return (model_cost(what, _layout(r, s, variant == "paper").d, N + 2 * s * r + 2 ** (s + 1) + 8)
+            + vectors_cost(N + 1, r))
+
+
 def build(task, variant: str = "corrected", k: int | None = None, eta: float | None = None, seed: int = 0,
           kc: float | None = None) -> Model:
     N, inst = task.N, task.inst
@@ -128,14 +141,10 @@ def build(task, variant: str = "corrected", k: int | None = None, eta: float | N
     tables = inst.g_by_size()
     if paper and tables is None:
         raise UnbuildableError(f"{task.name} --variant paper: {UNBUILDABLE}")
-    if k is not None:
-        require_weights(f"{task.name} with k={k}", (s + 1) * k + 2 ** s + s + 4, N + 2 * s * k + 2 ** (s + 1) + 8)
     sv = corollary_81(N + 1, k, seed) if paper else sign_vectors(N + 1, k, seed)
     r = sv.T.shape[1]
     U = _patterns(s)
-    L = Layout(c0=1, A=r, **{f"B{h + 1}": r for h in range(s)}, cst=1, z=s,
-               **({} if paper else {"t": len(U)}), g=1, m=1, **({} if paper else {"ref": 1}))
-    require_weights(f"{task.name} at N={N}", L.d, N + 2 * s * r + 2 ** (s + 1) + 8)
+    L = _layout(r, s, paper)
     eta_value, rule = scale(eta, paper, N, kc, corrected_eta(N, s), "(4/3) ln(8 s N (N+1))",
                             "F.2's ln N + Kc ln 2N")
     exact_T = sv.exact is not None

@@ -65,10 +65,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..budget import require_weights
 from .. import exact
 from ..model import Model, Readout
 from ..papers import CHEN_ZOU_2024
+from ..sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 5, Appendix 14.2")
@@ -90,12 +90,23 @@ def base3(l: int) -> np.ndarray:
     return alpha
 
 
+def _layout(task, literal: bool) -> Layout:
+    """The literal maps write p' into the P rows; every other reading keeps a template block TB."""
+    X, n = task.alphabet, task.N + 1
+    return Layout(token=X, flag=1, P=n) if literal else Layout(token=X, flag=1, P=n, TB=n)
+
+
+def cost(task, variant: str = "corrected", k=None) -> Cost:
+    """Two layers of d x d maps, E, P and the readout's C rows."""
+    d = _layout(task, variant == "paper").d
+    return model_cost(f"template_matching at l={task.N}", d, 4 * d + task.alphabet + task.N + 2 + task.num_classes)
+
+
 def build(task, variant: str = "corrected", k=None, eta=None, seed: int = 0, kc=None) -> Model:
     X, l, C = task.alphabet, task.N, task.num_classes
     n = l + 1
     printed = variant in PRINTED
-    L = Layout(token=X, flag=1, P=n) if variant == "paper" else Layout(token=X, flag=1, P=n, TB=n)
-    require_weights(f"template_matching at l={l}", L.d, 4 * L.d + C)
+    L = _layout(task, variant == "paper")
 
     E = np.zeros((X + 1, L.d))
     E[:X, L["token"]] = np.eye(X)

@@ -12,14 +12,16 @@ never with a full unpickler, and a file that needs more (a pickled module or cla
 from __future__ import annotations
 
 import json
+import math
 import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
-from ..schema import parse_json, regular_file
+from ..schema import parse_json, regular_file, zip_members
 
 MAX_HEADER = 100 << 20
 DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
@@ -61,7 +63,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
             if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
                 raise InputError(f"{where}: expected dtype, shape and data_offsets")
             dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-            if dtype not in DTYPES:
+            if not isinstance(dtype, str) or dtype not in DTYPES:
                 raise InputError(f"{where}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
             if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                       for s in shape):
@@ -71,7 +73,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
                 raise InputError(f"{where}: data_offsets {offsets!r} are not a range inside the data "
                                  f"({data_size} bytes)")
             itemsize = np.dtype(DTYPES[dtype]).itemsize
-            if offsets[1] - offsets[0] != itemsize * int(np.prod(shape, dtype=np.int64)):
+            if offsets[1] - offsets[0] != itemsize * math.prod(shape):  # exact: a shape may be absurd
                 raise InputError(f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype}")
             spans.append((offsets[0], offsets[1], name))
         spans.sort()
@@ -89,6 +91,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 
 def _read_torch(path: Path) -> dict[str, np.ndarray]:
     source = f"PyTorch file {path}"
+    if zipfile.is_zipfile(path):  # torch's format since 1.6 (an older one is a bare pickle)
+        zip_members(path, source)
     try:
         import torch
     except ImportError:

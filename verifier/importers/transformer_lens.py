@@ -18,9 +18,15 @@ read.  LayerNorm weights (``ln1``, ``ln2``, ``ln_final``) are refused: the norma
 no counterpart in the format (TransformerLens's folded ``LNPre`` still divides by the norm, and a
 state dict does not show it, so a model trained with it must not be imported).
 
+Nothing in the file is coerced: a tensor is read as float64 weights only when that is exactly
+what it holds (floats of any width, integers up to 2^53; a boolean tensor or a larger integer that
+float64 would round is refused), and a name that is not TransformerLens's exactly (``blocks.00``) is
+refused, as is a ``.pt`` archive with two members of one name.
+
 Before the model is returned, its float64 forward pass is compared with this module's own
 TransformerLens forward pass (`forward`, in the TransformerLens conventions, on the arrays as
-read) on random inputs; a difference beyond 1e-6 is an internal error.
+read) on random inputs: a difference beyond 1e-9 times the largest activation (at least 1) is an
+internal error, and a forward pass that is not finite (weights that overflow float64) is refused.
 """
 
 from __future__ import annotations
@@ -37,25 +43,27 @@ from ..evaluator import read_from, reference
 from ..model import Head, Layer, Model, Readout
 from .safetensors import read_tensors
 
-BLOCK = re.compile(r"^blocks\.(\d+)\.(attn|mlp)\.(W_Q|W_K|W_V|W_O|b_Q|b_K|b_V|b_O|W_in|b_in|W_out|b_out)$")
-BUFFERS = re.compile(r"^blocks\.\d+\.attn\.(IGNORE|mask)$")  # TransformerLens's constant buffers
+LAYER_NUMBER = r"(0|[1-9]\d*)"  # as TransformerLens writes it: blocks.00 is not blocks.0
+BLOCK = re.compile(rf"^blocks\.{LAYER_NUMBER}\.(attn|mlp)\.(W_Q|W_K|W_V|W_O|b_Q|b_K|b_V|b_O|W_in|b_in|W_out|b_out)$")
+BUFFERS = re.compile(rf"^blocks\.{LAYER_NUMBER}\.attn\.(IGNORE|mask)$")  # TransformerLens's constant buffers
 LAYER_NORM = re.compile(r"(^|\.)(ln\d*|ln_final)(\.|$)")
-ROUND_TRIP_TOLERANCE = 1e-6
+ROUND_TRIP_TOLERANCE = 1e-9  # relative to the largest activation of the forward pass
+EXACT_INTEGERS = 2 ** 53  # every integer up to this is a float64
 
 
 @dataclass
 class Imported:
     model: Model
-    round_trip_error: float
+    round_trip_error: float  # the largest difference of a readout score
+    round_trip_scale: float  # the largest activation of the forward pass: the tolerance is relative to it
     skipped: list[str]  # TransformerLens buffers not needed (IGNORE, mask)
 
 
 def convert(path: str, vocab: list[str], *, activation: Optional[str] = None, causal: bool = True,
             bos: Optional[str] = None, rows: Optional[list[str]] = None, positions: str = "last",
             attn_scale: Optional[float] = None, seed: int = 0) -> Imported:
-    arrays = {k: np.asarray(v, dtype=np.float64) if v.dtype.kind in "fiu" else v
-              for k, v in read_tensors(path).items()}
     source = f"weights file {path}"
+    arrays = read_tensors(path)
     norms = sorted(k for k in arrays if LAYER_NORM.search(k))
     if norms:
         raise InputError(f"{source} has LayerNorm weights ({', '.join(norms[:3])}); LayerNorm is not supported: "
@@ -68,6 +76,7 @@ def convert(path: str, vocab: list[str], *, activation: Optional[str] = None, ca
         raise InputError(f"{source}: {', '.join(unknown[:5])} {'is' if len(unknown) == 1 else 'are'} not "
                          f"TransformerLens names this importer knows (embed, pos_embed, blocks.L.attn, "
                          f"blocks.L.mlp, unembed)")
+    arrays = {k: v if BUFFERS.match(k) else _weights(v, k, source) for k, v in arrays.items()}
     for name in ("embed.W_E", "pos_embed.W_pos", "unembed.W_U"):
         if name not in arrays:
             extra = " (only learned absolute positions are supported)" if name == "pos_embed.W_pos" else ""
@@ -129,7 +138,24 @@ def convert(path: str, vocab: list[str], *, activation: Optional[str] = None, ca
         model.validate()
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
-    return Imported(model, _round_trip(arrays, model, np.array(order), causal, scale, seed), skipped)
+    return Imported(model, *_round_trip(arrays, model, np.array(order), causal, scale, seed, source), skipped)
+
+
+def _weights(a: np.ndarray, name: str, source: str) -> np.ndarray:
+    """A tensor as float64 weights, if that is exactly what it holds: floats (of any width) and
+    integers up to 2^53 are; a boolean is not a weight, and an integer float64 would round is refused."""
+    if a.dtype.kind == "b":
+        raise InputError(f"{source}: tensor {name!r} is boolean; a weight is a number (save it as a float tensor)")
+    if a.dtype.kind not in "fiu":
+        raise InputError(f"{source}: tensor {name!r} has dtype {a.dtype}; a weight is a real number")
+    out = np.asarray(a, dtype=np.float64)
+    if a.dtype.kind in "iu":
+        large = a[(a > EXACT_INTEGERS) | (a < -EXACT_INTEGERS)]
+        inexact = next((int(x) for x in large if int(float(x)) != int(x)), None)
+        if inexact is not None:
+            raise InputError(f"{source}: tensor {name!r} holds the integer {inexact}, which float64 (the model "
+                             f"format) cannot hold exactly: it would become {int(float(inexact))}")
+    return out
 
 
 def _getter(arrays: dict, prefix: str, source: str):
@@ -151,11 +177,14 @@ def _or_zeros(a: Optional[np.ndarray], n: int) -> np.ndarray:
     return np.zeros(n) if a is None else a
 
 
-def forward(arrays: dict, tokens: np.ndarray, causal: bool, attn_scale: float) -> np.ndarray:
+def forward(arrays: dict, tokens: np.ndarray, causal: bool, attn_scale: float, with_scale: bool = False):
     """TransformerLens's forward pass, float64, without LayerNorm: the logits (n, d_vocab_out) of one
-    input, in its own conventions (row vectors, heads summed through their W_O)."""
+    input, in its own conventions (row vectors, heads summed through their W_O); `with_scale`: and
+    the largest magnitude of an activation (residual stream, query, key, value, hidden unit, logit;
+    not the attention scores, which enter the logits only through the softmax's weights)."""
     x = arrays["embed.W_E"][tokens] + arrays["pos_embed.W_pos"][: len(tokens)]
     n = len(tokens)
+    seen = [x]
     b = 0
     while f"blocks.{b}.attn.W_Q" in arrays:
         g = lambda name: arrays.get(f"blocks.{b}.{name}", 0.0)
@@ -163,36 +192,55 @@ def forward(arrays: dict, tokens: np.ndarray, causal: bool, attn_scale: float) -
             in arrays else 0.0
         q, k, v = (np.einsum("pd,hde->hpe", x, g(f"attn.W_{c}")) + per_head(c) for c in "QKV")
         scores = np.einsum("hqe,hke->hqk", q, k) / attn_scale
+        seen += [q, k, v]
         if causal:
             scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
         weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights /= weights.sum(axis=-1, keepdims=True)
         z = np.einsum("hqk,hke->hqe", weights, v)
         x = x + np.einsum("hqe,hed->qd", z, g("attn.W_O")) + g("attn.b_O")
+        seen.append(x)
         if f"blocks.{b}.mlp.W_in" in arrays:
             hidden = np.maximum(x @ g("mlp.W_in") + g("mlp.b_in"), 0)
             x = x + hidden @ g("mlp.W_out") + g("mlp.b_out")
+            seen += [hidden, x]
         b += 1
-    return x @ arrays["unembed.W_U"] + arrays.get("unembed.b_U", 0.0)
+    logits = x @ arrays["unembed.W_U"] + arrays.get("unembed.b_U", 0.0)
+    if not with_scale:
+        return logits
+    return logits, max(float(np.abs(a).max(initial=0.0)) for a in seen + [logits])
 
 
-def _round_trip(arrays: dict, model: Model, order: np.ndarray, causal: bool, scale: float, seed: int) -> float:
+def _round_trip(arrays: dict, model: Model, order: np.ndarray, causal: bool, scale: float, seed: int,
+                source: str) -> tuple[float, float]:
     """The largest difference between the converted model's float64 readout scores and `forward`'s,
-    on random inputs of every length up to n_ctx (at most 8 lengths).  Token t of the model is
-    token order[t] of the state dict."""
+    on random inputs of every length up to n_ctx (at most 8 lengths), and the largest activation of
+    those forward passes.  Token t of the model is token order[t] of the state dict.  A difference
+    beyond ROUND_TRIP_TOLERANCE times the largest activation (at least 1) is an internal error: two
+    float64 forward passes of one model differ by roundings of their largest values, not more.  A
+    forward pass that is not finite is the weights' fault: they overflow float64."""
     rng = np.random.default_rng(seed)
     ours = reference(model)
     V, n_ctx = len(model.vocab), model.max_len
-    worst = 0.0
+    worst, largest = 0.0, 0.0
     for n in sorted({1, n_ctx, *rng.integers(1, n_ctx + 1, size=6).tolist()}):
         tokens = rng.integers(0, V, size=n)
         if model.bos is not None:  # the inputs the model will see: BOS first
             tokens[0] = V - 1
-        theirs = forward(arrays, order[tokens], causal, scale)
-        rows = theirs[read_from(model):] if model.readout.positions == "all" else theirs[-1:]
-        mine = ours.arith.to_real(ours.forward(tokens[None, :]).scores).reshape(rows.shape)
+        with np.errstate(all="ignore"):
+            theirs, activation = forward(arrays, order[tokens], causal, scale, with_scale=True)
+            rows = theirs[read_from(model):] if model.readout.positions == "all" else theirs[-1:]
+            mine = ours.arith.to_real(ours.forward(tokens[None, :]).scores).reshape(rows.shape)
+        if not (np.isfinite(rows).all() and np.isfinite(activation)):
+            raise InputError(f"{source}: the TransformerLens forward pass of these weights is not finite on the "
+                             f"input {' '.join(model.vocab[t] for t in tokens)} (float64 overflows): weights this "
+                             f"large cannot be verified")
+        if not np.isfinite(mine).all():
+            raise InternalError(f"the converted model's float64 forward pass is not finite where TransformerLens's "
+                                f"is, on the input {' '.join(model.vocab[t] for t in tokens)}")
         worst = max(worst, float(np.abs(mine - rows).max(initial=0.0)))
-    if not worst <= ROUND_TRIP_TOLERANCE:
-        raise InternalError(f"the converted model differs from the TransformerLens forward pass by {worst:.3g} "
-                            f"(more than {ROUND_TRIP_TOLERANCE:g}) in float64")
-    return worst
+        largest = max(largest, activation)
+    if not worst <= ROUND_TRIP_TOLERANCE * max(1.0, largest):
+        raise InternalError(f"the converted model differs from the TransformerLens forward pass by {worst:.3g} in "
+                            f"float64, more than {ROUND_TRIP_TOLERANCE:g} x the largest activation ({largest:.3g})")
+    return worst, largest

@@ -19,9 +19,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
 from ..schema import load_json
+from ..sizes import Cost
 from .base import TaskOption
 from .product import ProductTask
 
@@ -37,10 +37,14 @@ class _BooleanTask(ProductTask):
     def _setup(self) -> None:
         if not isinstance(self.N, int) or self.N < 1:
             raise InputError(f"N must be an integer >= 1, got {self.N!r}")
-        require_memory(200.0 * self.N, f"{self.name} at N={self.N}")  # per-position domains and features
+        self.cost().admit()
         self.vocab = ["0", "1"] + (["BOS"] if self.bos else [])
         self.space = [("x in {0,1}^N", ([np.array([2])] if self.bos else []) + [BITS] * self.N)]
-        self._layout()
+        self._layout([2 ** self.N], self.N + self.bos)
+
+    def cost(self) -> Cost:
+        """Per-position domains and features (an instance of N features)."""
+        return Cost(f"{self.name} at N={self.N}", 200.0 * self.N, 2 + self.bos)
 
     def bit_position(self, i: int) -> int:
         """The sequence position of bit x_i (1-based i)."""

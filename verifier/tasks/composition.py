@@ -19,18 +19,16 @@ Order of enumeration: one case per (z_0, w), then the blocks' values as a mixed-
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
-from .base import TaskOption
-from .product import ProductTask
-
-MAX_VOCAB = 1 << 16
-
+from ..sizes import MAX_TOKENS, Cost
+from .base import Domains, TaskOption
+from .product import ProductTask, product_size
 
 @dataclass
 class Composition(ProductTask):
@@ -48,13 +46,9 @@ class Composition(ProductTask):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
         L, m = self.depth, self.N
+        self.cost().admit()
         self.sizes = [m * self.n ** l for l in range(L)]  # N_0 .. N_{L-1}: block l has N_{l-1} tokens
         self.queries = list(itertools.product(range(self.n), repeat=L - 1))
-        vocab_size = sum(self.sizes) + m + len(self.queries)
-        if vocab_size > MAX_VOCAB:
-            raise InputError(f"composition with N={m}, depth={L}, n={self.n} needs {vocab_size:,} tokens "
-                             f"(limit {MAX_VOCAB:,})")
-        require_memory(200.0 * vocab_size + 64.0 * m * len(self.queries) * sum(self.sizes), "composition")
         self.value_base = {}  # block l -> the token id of value 0
         self.vocab = []
         for l in range(L, 0, -1):
@@ -69,13 +63,30 @@ class Composition(ProductTask):
         for l in range(L, 0, -1):
             self.block_start[l] = pos
             pos += self.sizes[l - 1]
-        blocks = [self.value_base[l] + np.arange(self.sizes[l - 1]) for l in range(L, 0, -1)
-                  for _ in range(self.sizes[l - 1])]
+        blocks = [domain for l in range(L, 0, -1)  # block l's positions share one domain: its values
+                  for domain in [self.value_base[l] + np.arange(self.sizes[l - 1])] * self.sizes[l - 1]]
+        prefixes = [blocks + [np.array([self.value_base[0] + z0])] for z0 in range(m)]  # shared by the queries
         self.space = [(f"z0={z0}, w={self.vocab[self.first_query + wi][2:]}",
-                       blocks + [np.array([self.value_base[0] + z0]), np.array([self.first_query + wi])])
+                       Domains(prefixes[z0], np.array([self.first_query + wi])))
                       for z0 in range(m) for wi in range(len(self.queries))]
         self.num_classes = self.sizes[L - 1]
-        self._layout()
+        self._layout([product_size(blocks)] * len(self.space), pos + 2)  # every case has the same blocks
+
+    def cost(self) -> Cost:
+        """The tokens (the L blocks' values, z_0's, the queries'), counted before a list of them is
+        made; m lists of a domain per position; the m n^(L-1) cases and their offsets, integers of
+        about positions x log2 N_{L-1} bits."""
+        L, m, n = self.depth, self.N, self.n
+        what = f"composition with N={m}, depth={L}, n={n}"
+        if m * L > MAX_TOKENS or (n > 1 and L - 1 > MAX_TOKENS.bit_length()):  # not counted further
+            raise InputError(f"{what} has more than {MAX_TOKENS:,} tokens (N x depth values, n^(depth-1) queries); "
+                             f"the verifier takes at most {MAX_TOKENS:,}")
+        positions = m * (n ** L - 1) // (n - 1) if n > 1 else m * L  # N_0 + ... + N_{L-1}
+        queries = n ** (L - 1)
+        tokens = positions + m + queries
+        cases = m * queries
+        return Cost(what, 200.0 * tokens + 8.0 * m * positions
+                    + cases * (300.0 + positions * math.log2(max(2, m * n ** (L - 1))) / 8), tokens)
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "depth": self.depth, "n": self.n,

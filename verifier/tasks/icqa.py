@@ -22,8 +22,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
+from ..sizes import Cost
 from .base import Batch, Case, TaskOption, Vocabulary, token_answers
 from .combinatorics import arrangement_index, arrangements, distinct_rows, falling
 
@@ -49,13 +49,18 @@ class Icqa(Vocabulary):
         if self.nq < k or self.na < k:
             raise InputError(f"k = {k} context pairs need k distinct questions and answers: nq = {self.nq} and "
                              f"na = {self.na} must be >= k")
-        require_memory(100.0 * (self.nq + self.na) + 64.0 * k * k, f"icqa with k={k}")
+        self.cost().admit()
         self.vocab = [f"q{i}" for i in range(self.nq)] + ["="] + [f"a{i}" for i in range(self.na)]
         self.r = self.nq
         self.first_answer = self.nq + 1
         self.max_len = 3 * k + 2
         self.num_classes = self.na
         self._per_c = falling(self.nq, k) * falling(self.na, k)
+
+    def cost(self) -> Cost:
+        """The token names, and the falling factorials of the counts."""
+        k = self.N
+        return Cost(f"icqa with k={k}", 100.0 * (self.nq + self.na) + 64.0 * k * k, self.nq + 1 + self.na)
 
     @property
     def k(self) -> int:

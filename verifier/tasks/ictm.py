@@ -29,12 +29,12 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
+from ..sizes import Cost
 from .base import Batch, Case, TaskOption, Vocabulary, token_answers
 from .combinatorics import arrangement_index, arrangements, distinct_rows, falling, template_name
 from .index_lookup import symbol_names
-from .templates import follows, parse_templates, patterns
+from .templates import follows, parse_templates, patterns, template_count
 
 
 @dataclass
@@ -59,12 +59,12 @@ class Ictm(Vocabulary):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"{'k' if name == 'N' else '--' + name} must be an integer >= {low}, got {value!r}")
         k, l = self.N, self.length
-        self.template_list = parse_templates(self.templates, l, self.alphabet)
-        T = len(self.template_list)
+        T = template_count(self.templates, l, self.alphabet)
         if T < k or self.na < k:
             raise InputError(f"k = {k} blocks need k distinct templates and k distinct answers: there are {T} "
                              f"templates and na = {self.na}")
-        require_memory(64.0 * falling(T, k) * k + 64.0 * k * (l + 2) ** 2, f"ictm with k={k}")
+        self.cost().admit()
+        self.template_list = parse_templates(self.templates, l, self.alphabet)
         self.symbols = symbol_names(self.alphabet)
         self.vocab = self.symbols + ["="] + [f"a{i}" for i in range(self.na)]
         self.r, self.first_answer = self.alphabet, self.alphabet + 1
@@ -82,6 +82,12 @@ class Ictm(Vocabulary):
                 self._groups.append((p_index, tuple(int(t) for t in pi), c, radices))
                 offsets.append(offsets[-1] + int(np.prod(np.array(radices, dtype=object))))
         self._offsets = offsets
+
+    def cost(self) -> Cost:
+        """A group per arrangement of k of the T templates and per query block."""
+        k, l = self.N, self.length
+        T = template_count(self.templates, l, self.alphabet)
+        return Cost(f"ictm with k={k}", 64.0 * falling(T, k) * k + 64.0 * k * (l + 2) ** 2, self.alphabet + 1 + self.na)
 
     @property
     def k(self) -> int:

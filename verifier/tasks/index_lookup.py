@@ -10,15 +10,14 @@ s_1 ... s_n as a base-sigma number with s_1 the most significant digit.
 
 from __future__ import annotations
 
-import math
 import string
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
+from ..sizes import Cost
 from .base import Batch, Case, Domains, TaskOption, Vocabulary, token_answers
 
 _INT64_LIMIT = 1 << 62
@@ -44,20 +43,21 @@ class IndexLookup(Vocabulary):
             raise InputError(f"N must be an integer >= 1, got {self.N!r}")
         if not isinstance(self.sigma, int) or self.sigma < 2:
             raise InputError(f"sigma (alphabet size) must be an integer >= 2, got {self.sigma!r}")
-        # token names, and the input count of each length (an integer of n log2 sigma bits)
-        require_memory(100.0 * (self.sigma + self.N) + self.N ** 2 * math.log2(self.sigma) / 16,
-                       f"index_lookup at N={self.N}, sigma={self.sigma}")
+        self.cost().admit()
         self.vocab = symbol_names(self.sigma) + [f"#{i}" for i in range(1, self.N + 1)]
         self.max_len = self.N + 1
         self.num_classes = self.sigma
-        self._counts = [n * self.sigma ** n for n in range(1, self.N + 1)]
-        self._offsets = [0]
-        for c in self._counts:
-            self._offsets.append(self._offsets[-1] + c)
+        self.total = self._offset(self.N)
 
-    @property
-    def total(self) -> int:
-        return self._offsets[-1]
+    def cost(self) -> Cost:
+        """The token names; the input counts are closed forms, computed when asked for."""
+        return Cost(f"index_lookup at N={self.N}, sigma={self.sigma}", 100.0 * (self.sigma + self.N),
+                    self.sigma + self.N)
+
+    def _offset(self, n: int) -> int:
+        """The inputs of lengths 1..n: sum_{m <= n} m sigma^m, in closed form (an exact integer)."""
+        s = self.sigma
+        return s * (1 - (n + 1) * s ** n + n * s ** (n + 1)) // (s - 1) ** 2
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "sigma": self.sigma,
@@ -67,12 +67,14 @@ class IndexLookup(Vocabulary):
         sigma = self.sigma
         size_of = batch_size if callable(batch_size) else (lambda L: batch_size)
         for n in range(1, self.N + 1):
-            lo, hi = max(start, self._offsets[n - 1]), min(stop, self._offsets[n])
+            base = self._offset(n - 1)
+            if base >= stop:
+                return
+            lo, hi = max(start, base), min(stop, base + n * sigma ** n)
             if lo >= hi:
                 continue
-            if self._counts[n - 1] >= _INT64_LIMIT:
+            if n * sigma ** n >= _INT64_LIMIT:
                 raise InputError(f"index_lookup with sigma={sigma}, n={n} has too many inputs to enumerate")
-            base = self._offsets[n - 1]
             weights = sigma ** np.arange(n - 1, -1, -1, dtype=np.int64)
             size = size_of(n + 1)
             for a in range(lo, hi, size):
@@ -92,7 +94,7 @@ class IndexLookup(Vocabulary):
             count, prefix = self.sigma ** n, [symbols] * n
             for p in range(1, n + 1):
                 yield Case(f"n={n}, p={p}", Domains(prefix, np.array([self.sigma + p - 1])),
-                           lambda S, j=p - 1: S.token(j), self._offsets[n - 1] + (p - 1) * count, count,
+                           lambda S, j=p - 1: S.token(j), self._offset(n - 1) + (p - 1) * count, count,
                            answer_at=(p - 1, answers))
 
     def index_of(self, tokens) -> int:
@@ -102,14 +104,14 @@ class IndexLookup(Vocabulary):
         s = 0
         for t in tokens[:-1]:
             s = s * self.sigma + t
-        return self._offsets[n - 1] + (p - 1) * self.sigma ** n + s
+        return self._offset(n - 1) + (p - 1) * self.sigma ** n + s
 
     def decode(self, index: int) -> np.ndarray:
         """The input at an enumeration index (Python integers: any size of space)."""
         if not 0 <= index < self.total:
             raise InputError(f"input index {index} is not in 0..{self.total - 1}")
-        n = next(n for n in range(1, self.N + 1) if index < self._offsets[n])
-        p, s = divmod(index - self._offsets[n - 1], self.sigma ** n)
+        n = next(n for n in range(1, self.N + 1) if index < self._offset(n))
+        p, s = divmod(index - self._offset(n - 1), self.sigma ** n)
         symbols = [(s // self.sigma ** (n - 1 - j)) % self.sigma for j in range(n)]
         return np.array(symbols + [self.sigma + p], dtype=np.int64)
 

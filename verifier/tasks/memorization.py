@@ -14,14 +14,15 @@ A list of examples has no symbolic case split: the SMT engine says so, and `auto
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
-from ..schema import load_json
+from ..schema import TEXT_LIMIT, load_json
+from ..sizes import Cost
 from .base import DATASET_HELP, Batch, TaskOption, Vocabulary
 from .index_lookup import symbol_names
 
@@ -39,6 +40,11 @@ DATASET_SCHEMA = {
     },
 }
 CLS = "CLS"
+
+
+def _count(X: int, N: int) -> int:
+    """|X|^N, the sequences in all; 2^64 stands for more (no table of them fits), before the power is taken."""
+    return X ** N if N * math.log2(max(X, 2)) <= 64 else 1 << 64
 
 
 @dataclass
@@ -63,6 +69,7 @@ class Memorization(Vocabulary):
         if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
             raise InputError(f"N (the sequence length) must be an integer >= 1, got {self.N!r}")
         if self.dataset is not None:
+            self.cost().admit()
             names, rows = self._load()
         else:
             names, rows = self._seeded()
@@ -75,17 +82,32 @@ class Memorization(Vocabulary):
         self._codes = {int(c): i for i, c in enumerate(rows.astype(object) @ radix)}
         self._radix = radix
 
+    def cost(self) -> Cost:
+        """The sequences' table: of a dataset, its names (read first: a file of at most 64 MiB); else
+        |X|^N rows, or --size."""
+        if self.dataset is not None:  # a file of at most TEXT_LIMIT bytes; its tokens are counted as it is read
+            return Cost(f"memorization of the dataset {self.dataset}", 16.0 * TEXT_LIMIT)
+        X = self.alphabet
+        size = _count(X, self.N) if self.size is None else self.size
+        return Cost(f"memorization of {'|X|^N' if self.size is None else f'{size:,}'} sequences (N={self.N}, "
+                    f"|X|={X})", 16.0 * size * (self.N + 1), X + 1)
+
     def _seeded(self) -> tuple[list[str], np.ndarray]:
         X = self.alphabet
         if isinstance(X, bool) or not isinstance(X, int) or X < 1:
             raise InputError(f"--alphabet must be an integer >= 1, got {X!r}")
-        everything = X ** self.N
-        size = everything if self.size is None else self.size
-        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= everything:
-            raise InputError(f"--size must be an integer in 1..{everything:,} (|X|^N), got {size!r}")
+        if self.size is not None and (isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1):
+            raise InputError(f"--size must be an integer >= 1, got {self.size!r}")
         if isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or self.data_seed < 0:
             raise InputError(f"--data-seed must be an integer >= 0, got {self.data_seed!r}")
-        require_memory(16.0 * size * (self.N + 1), f"memorization with {size:,} sequences")
+        self.cost().admit()
+        everything = _count(X, self.N)
+        size = everything if self.size is None else self.size
+        if everything >= 1 << 63:  # the sequences are drawn by index, an int64
+            raise InputError(f"memorization draws its sequences among |X|^N = {X}^{self.N} by an int64 index: "
+                             f"|X|^N must be below 2^63 (give the sequences with --dataset)")
+        if not size <= everything:
+            raise InputError(f"--size must be an integer in 1..{everything:,} (|X|^N), got {size!r}")
         if size == everything:
             index = np.arange(size, dtype=np.int64)
         else:
@@ -99,6 +121,7 @@ class Memorization(Vocabulary):
             raise InputError("--dataset gives the sequences: --alphabet, --size and --data-seed do not apply")
         data = load_json(self.dataset, DATASET_SCHEMA, "dataset")
         names = data["alphabet"]
+        Cost(f"memorization of the dataset {self.dataset}", tokens=len(names) + 1).admit()
         if CLS in names:
             raise InputError(f"dataset {self.dataset}: alphabet: {CLS!r} is the appended token, not a symbol")
         ids = {n: i for i, n in enumerate(names)}

@@ -27,11 +27,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
-from .base import TaskOption
+from ..sizes import Cost
+from .base import Domains, TaskOption
 from .combinatorics import distinct_rows
-from .product import ProductTask
+from .product import ProductTask, product_size
 
 
 def sign_codes(dim: int, count: Optional[int] = None) -> np.ndarray:
@@ -47,10 +47,14 @@ class _Retrieval(ProductTask):
     readout = "threshold"
     num_classes = 1
 
+    def _cost(self, V: int) -> Cost:
+        """Of V codes: the agreement table (V x V); the (N/2) V cases, which share one list of 2k
+        domains per k; their sizes, integers of up to N log2(2V) bits."""
+        return Cost(f"{self.name} at N={self.N}", 8.0 * V ** 2 + 16.0 * self.N ** 2
+                    + self.N * V * (200.0 + self.N * math.log2(2 * V) / 16), V + 2)
+
     def _setup(self, codes: np.ndarray, gamma: float) -> None:
         self.dim = codes.shape[1]
-        # the agreement table, and (N/2) V cases of 2N domains each
-        require_memory(8.0 * len(codes) ** 2 + 8.0 * self.N ** 2 * len(codes), f"{self.name} at N={self.N}")
         self.codes = codes  # (V, d') in {+-1}
         self.codebook = codes / math.sqrt(self.dim)
         self.gamma = gamma
@@ -61,16 +65,15 @@ class _Retrieval(ProductTask):
         self.vocab = ["".join("+" if v > 0 else "-" for v in c) for c in codes] + ["0", "1"]
         self.labels = np.array([V, V + 1])
         vectors = np.arange(V)
-        self.space = []
-        self._k = []
+        self.space, self._k, sizes = [], [], []
         for k in range(self.N // 2 + 1, self.N + 1):
+            prefix = [vectors, self.labels] * (k - 1)  # shared by the V queries of this k
+            size = product_size(prefix)
             for q in range(V):
-                doms = []
-                for _ in range(k - 1):
-                    doms += [vectors, self.labels]
-                self.space.append((f"k={k}, query={self.vocab[q]}", doms + [np.array([q])]))
+                self.space.append((f"k={k}, query={self.vocab[q]}", Domains(prefix, np.array([q]))))
                 self._k.append(k)
-        self._layout()
+                sizes.append(size)
+        self._layout(sizes, 2 * self.N - 1)
 
     def answer_name(self, answer: int) -> str:
         return str(answer) if answer in (0, 1) else f"<{answer}>"
@@ -141,7 +144,11 @@ class NearestNeighbour(_Retrieval):
         gamma = 2 / self.dim if self.gamma is None else float(self.gamma)
         if not 0 < gamma <= 2:
             raise InputError(f"gamma must be in (0, 2], got {gamma}")
+        self.cost().admit()
         self._setup(sign_codes(self.dim), gamma)
+
+    def cost(self) -> Cost:
+        return self._cost(1 << self.dim)
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "dim": self.dim, "gamma": round(self.gamma, 6), **self._counts(),
@@ -177,9 +184,12 @@ class Mqar(_Retrieval):
         if not isinstance(sigma, int) or sigma < max(2, self.N // 2):
             raise InputError(f"mqar needs sigma >= max(2, N/2) = {max(2, self.N // 2)} distinct keys, got {sigma!r}")
         self.sigma = sigma
-        require_memory(8.0 * sigma ** 2, f"mqar with sigma={sigma}")  # the codes' agreement table
+        self.cost().admit()
         dim = max(1, math.ceil(math.log2(sigma)))
         self._setup(sign_codes(dim, sigma), 2 / dim)
+
+    def cost(self) -> Cost:
+        return self._cost(self.sigma)
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "sigma": self.sigma, "dim": self.dim, **self._counts(),

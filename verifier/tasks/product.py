@@ -10,6 +10,11 @@ Subclasses set ``self.space`` (a list of (name, domains)) and implement `evaluat
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
+from collections import Counter
+from collections.abc import Sequence
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -18,6 +23,12 @@ from ..errors import InputError
 from .base import Batch, Case, Vocabulary
 
 _INT64_LIMIT = 1 << 62
+
+
+def product_size(doms) -> int:
+    """The number of elements of a product of domains (a power per domain size, not a product of
+    N growing integers)."""
+    return math.prod(size ** count for size, count in Counter(len(d) for d in doms).items() if size > 1)
 
 
 class ProductTask(Vocabulary):
@@ -38,17 +49,19 @@ class ProductTask(Vocabulary):
         return None
 
     # -- the enumeration ----------------------------------------------------------------------
-    def _layout(self) -> None:
-        self._free, self._sizes, self._offsets = [], [], [0]
-        for name, doms in self.space:
-            free = [j for j, d in enumerate(doms) if len(d) > 1]
-            size = 1
-            for j in free:
-                size *= len(doms[j])
-            self._free.append(free)
-            self._sizes.append(size)
-            self._offsets.append(self._offsets[-1] + size)
-        self.max_len = max(len(doms) for _, doms in self.space)
+    def _layout(self, sizes: Optional[Sequence[int]] = None, max_len: Optional[int] = None) -> None:
+        """The cases' sizes and offsets.  A task whose cases are regular gives their sizes and the
+        longest case in closed form, so that N cases of up to N positions are laid out without
+        visiting their N^2 domains."""
+        if sizes is None:
+            sizes = [product_size(doms) for _, doms in self.space]
+        self._sizes = list(sizes)
+        self._offsets = list(itertools.accumulate(self._sizes, initial=0))
+        self.max_len = max(len(doms) for _, doms in self.space) if max_len is None else max_len
+
+    def _free(self, c: int) -> list[int]:
+        """The free positions of case c (domains of more than one token)."""
+        return [j for j, d in enumerate(self.space[c][1]) if len(d) > 1]
 
     @property
     def total(self) -> int:
@@ -62,7 +75,7 @@ class ProductTask(Vocabulary):
         for j, d in enumerate(doms):
             tokens[:, j] = d[0]
         rest = r.copy()
-        for j in reversed(self._free[c]):  # the last free position is the least significant digit
+        for j in reversed(self._free(c)):  # the last free position is the least significant digit
             n = len(doms[j])
             tokens[:, j] = doms[j][(rest % n).astype(np.int64, copy=False)]
             rest //= n
@@ -70,9 +83,14 @@ class ProductTask(Vocabulary):
 
     def batches(self, start: int, stop: int, batch_size: int | Callable[[int], int]) -> Iterator[Batch]:
         size_of = batch_size if callable(batch_size) else (lambda L: batch_size)
-        for c, (name, doms) in enumerate(self.space):
+        for c in range(bisect.bisect_right(self._offsets, start) - 1, len(self._sizes)):
             lo, hi = max(start, self._offsets[c]), min(stop, self._offsets[c + 1])
-            if lo < hi and self._sizes[c] >= _INT64_LIMIT:
+            if lo >= hi:
+                if self._offsets[c] >= stop:
+                    return
+                continue
+            name, doms = self.space[c]
+            if self._sizes[c] >= _INT64_LIMIT:
                 raise InputError(f"{self.name}: case {name} has too many inputs to enumerate")
             size = size_of(len(doms))
             for a in range(lo, hi, size):
@@ -92,7 +110,7 @@ class ProductTask(Vocabulary):
             if len(doms) != len(tokens) or any(t not in d for t, d in zip(tokens, doms)):
                 continue
             r = 0
-            for j in self._free[c]:
+            for j in self._free(c):
                 r = r * len(doms[j]) + int(np.flatnonzero(doms[j] == tokens[j])[0])
             return c, r
         raise InputError(f"not a {self.name} input: {self.render(tokens)}")
@@ -104,7 +122,7 @@ class ProductTask(Vocabulary):
     def decode(self, index: int) -> np.ndarray:
         if not 0 <= index < self.total:
             raise InputError(f"input index {index} is not in 0..{self.total - 1}")
-        c = max(i for i, off in enumerate(self._offsets[:-1]) if off <= index)
+        c = bisect.bisect_right(self._offsets, index) - 1
         return self._tokens(c, np.array([index - self._offsets[c]], dtype=object))[0]
 
     def answer(self, tokens):

@@ -15,18 +15,39 @@ base-|alphabet| number, s_1 the most significant digit.  One SMT case per length
 
 from __future__ import annotations
 
+import itertools
+import math
+import operator
 import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
+from ..sizes import Cost
 from .base import TaskOption
 from .product import ProductTask
 
 BOS = "<s>"
+
+
+class _Lengths(Sequence):
+    """The cases n = 1..N, each ``<s>`` then n symbols, made when asked for: held at once they
+    would be N^2 / 2 domains."""
+
+    def __init__(self, start: np.ndarray, symbols: np.ndarray, N: int):
+        self.start, self.symbols, self.N = start, symbols, N
+
+    def __len__(self) -> int:
+        return self.N
+
+    def __getitem__(self, c: int) -> tuple[str, list[np.ndarray]]:
+        if not -self.N <= c < self.N:
+            raise IndexError(c)
+        n = c % self.N + 1
+        return f"n={n}", [self.start] + [self.symbols] * n
 
 
 class _Strings(ProductTask):
@@ -35,15 +56,36 @@ class _Strings(ProductTask):
     per_position = True
     readout = "argmax"
 
-    def _strings(self, alphabet: list[str]) -> None:
+    def _strings(self) -> None:
         if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
             raise InputError(f"N must be an integer >= 1, got {self.N!r}")
-        require_memory(64.0 * self.N * len(alphabet), f"{self.name} at N={self.N}")
+        self.cost().admit()
+        alphabet = self.alphabet()
+        A = len(alphabet)
         self.vocab = alphabet + [BOS]
-        self.bos = len(alphabet)
-        symbols, start = np.arange(len(alphabet)), np.array([self.bos])
-        self.space = [(f"n={n}", [start] + [symbols] * n) for n in range(1, self.N + 1)]
-        self._layout()
+        self.bos = A
+        self.space = _Lengths(np.array([self.bos]), np.arange(A), self.N)
+        self._layout(itertools.accumulate(itertools.repeat(A, self.N), operator.mul), self.N + 1)  # A^n
+
+    def alphabet(self) -> list[str]:
+        raise NotImplementedError
+
+    def cost(self) -> Cost:
+        """The sizes and offsets of the N lengths: integers of up to N log2 A bits each."""
+        A = len(self.alphabet())
+        return Cost(f"{self.name} at N={self.N}", 64.0 * self.N + self.N ** 2 * math.log2(A) / 8, A + 1)
+
+    def _locate(self, tokens) -> tuple[int, int]:
+        """(case, index within it) of ``<s> s_1 .. s_n``: case n - 1, s_1 .. s_n in base |alphabet|
+        (found directly: the generic search makes the domains of every length before it)."""
+        tokens = [int(t) for t in tokens]
+        if not 1 <= len(tokens) - 1 <= self.N or tokens[0] != self.bos or any(not 0 <= t < self.bos
+                                                                               for t in tokens[1:]):
+            raise InputError(f"not a {self.name} input: {self.render(tokens)}")
+        r = 0
+        for t in tokens[1:]:
+            r = r * self.bos + t
+        return len(tokens) - 2, r
 
     def count_up_to(self, n: int) -> int:
         """How many inputs have length at most n (they come first in the enumeration)."""
@@ -68,9 +110,12 @@ class InductionHeads(_Strings):
     def __post_init__(self) -> None:
         if isinstance(self.sigma, bool) or not isinstance(self.sigma, int) or not 2 <= self.sigma <= 26:
             raise InputError(f"sigma (alphabet size) must be an integer in 2..26, got {self.sigma!r}")
-        self._strings(list(string.ascii_lowercase[:self.sigma]))
+        self._strings()
         self.bot = self.sigma  # the answer "no earlier occurrence"
         self.num_classes = self.sigma + 1
+
+    def alphabet(self) -> list[str]:
+        return list(string.ascii_lowercase[:self.sigma])
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "sigma": self.sigma, "inputs": "<s> s_1..s_n for n = 1..N",
@@ -140,7 +185,10 @@ class Dyck22(_Strings):
     accepting = (0,)
 
     def __post_init__(self) -> None:
-        self._strings(list(DYCK22_ALPHABET))
+        self._strings()
+
+    def alphabet(self) -> list[str]:
+        return list(DYCK22_ALPHABET)
 
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "inputs": "<s> s_1..s_n over ( ) [ ] for n = 1..N",

@@ -27,14 +27,22 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..budget import require_memory
 from ..errors import InputError
+from ..sizes import Cost
 from .base import Batch, Case, TaskOption, Vocabulary
 from .combinatorics import all_templates, arrangement_index, arrangements, canonical_template, count_templates, \
     falling, template_name
 from .index_lookup import symbol_names
 
 CLS = "CLS"
+
+
+def template_count(text: Optional[str], length: int, alphabet: int) -> int:
+    """How many templates `parse_templates` gives, before it lists them; beyond length 64 with two
+    symbols or more, 2^64 (S(length, 2) = 2^(length - 1) - 1 of them have two wildcards)."""
+    if text is not None:
+        return text.count(",") + 1
+    return count_templates(length, alphabet) if length <= 64 or alphabet == 1 else 1 << 64
 
 
 def parse_templates(text: Optional[str], length: int, alphabet: int) -> list[tuple[int, ...]]:
@@ -83,8 +91,7 @@ class TemplateMatching(Vocabulary):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{'N (the template length)' if name == 'N' else '--alphabet'} must be an integer "
                                  f">= 1, got {value!r}")
-        if self.templates is None:
-            require_memory(64.0 * self.N * count_templates(self.N, self.alphabet), f"every template of length {self.N}")
+        self.cost().admit()
         self.template_list = parse_templates(self.templates, self.N, self.alphabet)
         self.symbols = symbol_names(self.alphabet)
         self.vocab = self.symbols + [CLS]
@@ -99,6 +106,11 @@ class TemplateMatching(Vocabulary):
         self._offsets = np.concatenate([[0], np.cumsum(self._counts)]).astype(object)
         self._index = {t: i for i, t in enumerate(self.template_list)}
         self._patterns = patterns(self.template_list)
+
+    def cost(self) -> Cost:
+        """The templates, listed."""
+        return Cost(f"template_matching at length {self.N}",
+                    64.0 * self.N * template_count(self.templates, self.N, self.alphabet), self.alphabet + 1)
 
     @property
     def total(self) -> int:
