@@ -35,7 +35,7 @@ from verifier.importers.tracr import compile_program
 from verifier.importers.transformer_lens import convert as convert_state_dict
 from verifier.model import META_SCHEMA
 from verifier.progress import line as progress_line
-from verifier.result import count_text
+from verifier.result import EXIT_CODES, count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.synthesis import synthesize
@@ -960,8 +960,9 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def separation_cmd(task_name, N, p, f, shape_list, sweep_path, plot_path, timeout, as_json, **options):
     """Both sides of a separation at one N: the built-in construction proved at --p, and the shapes
-    of the other architecture certified impossible (or not) by counting, with the smallest N of each.
-    With --plot and --sweep: the figure of both sides over N."""
+    of the other architecture certified impossible (or not) by counting, with the smallest N of each
+    (the exit code is the construction's verdict's).  With --plot and --sweep: the figure of both
+    sides over N."""
     task_opts = {k: v for k, v in options.items() if v is not None}
     if plot_path or sweep_path:
         if not (plot_path and sweep_path) or N is not None or p is not None or as_json:
@@ -981,7 +982,7 @@ def separation_cmd(task_name, N, p, f, shape_list, sweep_path, plot_path, timeou
     table = separation.table(task_name, N, p, f, [shapes.parse_shape(x) for x in shape_list.split(";")]
                              if shape_list else None, timeout, **task_opts)
     click.echo(json.dumps(table.to_json(), indent=2) if as_json else table.markdown())
-    return 0
+    return EXIT_CODES[table.construction["verdict"]]  # a construction not proved at --p is no separation
 
 
 @cli.command("schema")

@@ -447,3 +447,10 @@ def test_user_tasks_get_a_verdict_about_a_shape(tmp_path, capsys):
     code = cli.main(["impossible", "reference", *flags, "--shape", "rnn:1,3"])
     out = capsys.readouterr().out
     assert code == 3 and "4 >= 3 members" in out and "none up to 6" in out
+
+
+def test_separation_exits_with_the_constructions_verdict(capsys):
+    """The recurrent Dyck construction is refuted at p = 2 (f = 1): the table is printed, exit 1."""
+    assert cli.main(["separation", "dyck22", "--N", "8", "--p", "2", "--f", "1", "--shapes", "tf1:1,1,2"]) == 1
+    assert "| construction | dyck22 (hidden=29, n_params=1104) | REFUTED at p = 2 |" in capsys.readouterr().out
+    assert cli.main(["separation", "dyck22", "--N", "8", "--p", "3", "--f", "1", "--shapes", "tf1:1,1,2"]) == 0
