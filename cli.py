@@ -37,7 +37,7 @@ from verifier.importers.tracr import compile_program
 from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert as convert_state_dict
 from verifier.model import META_SCHEMA
 from verifier.progress import line as progress_line
-from verifier.result import count_text
+from verifier.result import EXIT_CODES, count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.synthesis import synthesize
@@ -897,7 +897,8 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
 @click.option("--shape", "shape_text", default=None,
               help="A whole shape of models: rnn:M,P or tf1:H,M,P[,softmax|relu] (counted, for every model of it).")
 @click.option("--synthesis-timeout", type=SECONDS, default=None,
-              help="With --shape rnn: also run bounded synthesis over the whole dataset (tiny sizes) for this long.")
+              help="With --shape: also run bounded synthesis (tiny sizes: the whole dataset, or the fooling set's "
+                   "inputs) for this long.")
 @FORMAT_OPTION
 @click.option("--p", "p", type=int, default=None, help="Bits per number (the certificate's synthesis).")
 @click.option("--f", "f", type=int, default=None,
@@ -966,22 +967,44 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
 
 @cli.command("separation")
 @click.argument("task_name")
-@SIZE
+@click.option("--N", "--k", "N", type=int, default=None, help="Size of the task (the table's N; not with --plot).")
 @task_option_flags(ALL_TASK_OPTIONS)
-@click.option("--p", "p", type=int, required=True, help="Bits of the built-in construction's run.")
+@click.option("--p", "p", type=int, default=None, help="Bits of the built-in construction's run (the table).")
 @click.option("--f", "f", type=int, default=None, help="Its fractional bits (default p // 2).")
 @click.option("--shapes", "shape_list", default=None,
-              help="The other side's shapes, ';'-separated (default: a ladder of the side the task separates).")
+              help="The other side's shapes, ';'-separated (default: a ladder of the side the task separates); "
+                   "with --plot, families without the bits: rnn:M, tf1:H,M.")
+@click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False), default=None,
+              help="With --plot: the construction's sweep (verify sweep -o FILE.json), its p* by N.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Instead of the table: draw both sides over the sweep's N (.png or .svg; needs matplotlib).")
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds for the construction's run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def separation_cmd(task_name, N, p, f, shape_list, timeout, as_json, **options):
+def separation_cmd(task_name, N, p, f, shape_list, sweep_path, plot_path, timeout, as_json, **options):
     """Both sides of a separation at one N: the built-in construction proved at --p, and the shapes
-    of the other architecture certified impossible (or not) by counting, with the smallest N of each."""
+    of the other architecture certified impossible (or not) by counting, with the smallest N of each
+    (the exit code is the construction's verdict's).  With --plot and --sweep: the figure of both
+    sides over N."""
     task_opts = {k: v for k, v in options.items() if v is not None}
+    if plot_path or sweep_path:
+        if not (plot_path and sweep_path) or N is not None or p is not None or as_json:
+            raise InputError("--plot takes --sweep FILE (and no --N, --p or --json); the table takes --N and --p")
+        plots.check_output(plot_path)
+        sweep = json.loads(Path(sweep_path).read_text())
+        name = canonical(task_name)
+        if canonical(sweep.get("task", "")) != name:
+            raise InputError(f"{sweep_path} is a sweep of {sweep.get('task')!r}, not of {name}")
+        families = [separation.parse_family(x) for x in shape_list.split(";")] if shape_list else \
+            separation.default_families(name)
+        fig = separation.frontier_figure(name, sweep, families, **task_opts)
+        click.echo(f"wrote {plots.save(fig, plot_path)}", err=True)
+        return 0
+    if N is None or p is None:
+        raise InputError("the table takes --N and --p (or --plot with --sweep)")
     table = separation.table(task_name, N, p, f, [shapes.parse_shape(x) for x in shape_list.split(";")]
                              if shape_list else None, timeout, **task_opts)
     click.echo(json.dumps(table.to_json(), indent=2) if as_json else table.markdown())
-    return 0
+    return EXIT_CODES[table.construction["verdict"]]  # a construction not proved at --p is no separation
 
 
 @cli.command("schema")

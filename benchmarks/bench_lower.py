@@ -3,12 +3,12 @@ the search (`--method search`), on models far beyond enumeration.  One run, on t
 
 * induction heads, sigma = 3, N = 32 (3^32 strings of length 32 alone): a 1-layer softmax model
   trained by the test suite's numpy trainer on the answer at the last position of random strings
-  of length 32, exported with a readout at every position; refuted by a collision of its summaries
-  on the INDEX fooling set (2^15 Alice parts, one query);
+  of length 32, exported with a readout at every position; refuted by a collision of Alice's
+  messages in Theorem 4's protocol on the INDEX fooling set (2^15 Alice parts, one query);
 * index lookup, sigma = 2, N = 64: a random recurrent model (16 hidden units), refuted by two
-  prefixes with the same state codes (2^16 random prefixes of the 2^64).
+  prefixes with the same state codes (random prefixes, 256 then 4,096 then 65,536 of the 2^64).
 
-    python3 benchmarks/bench_lower.py
+    PYTHONPATH=. python3 benchmarks/bench_lower.py
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ def timed(problem, method):
 
 def row(label, problem):
     (a, ta), (b, tb) = timed(problem, "protocol"), timed(problem, "search")
-    first = a.counterexamples[0].input if a.counterexamples else "-"
-    print(f"  {label}\n    protocol {a.verdict} in {ta:.3f} s ({a.stats.get('protocol')}); first counterexample {first}\n"
-          f"    search   {b.verdict} in {tb:.3f} s ({b.stats.get('search')})\n"
-          f"    ratio search / protocol {tb / ta:.1f}")
+    first = a.counterexamples[0].line() if a.counterexamples else "-"
+    print(f"  {label}\n    protocol {a.verdict} in {ta:.3f} s ({a.stats.get('protocol')})\n      {first}")
+    for line in a.argument[1:-1]:
+        print(f"      {line}")
+    second = b.counterexamples[0].line() if b.counterexamples else "-"
+    print(f"    search   {b.verdict} in {tb:.3f} s ({b.stats.get('search')})\n      {second}\n"
+          f"    ratio search / protocol {tb / ta:.2f}")
 
 
 def main() -> None:

@@ -9,12 +9,14 @@ import cli
 import verifier
 from verifier import fooling, shapes
 from verifier.arithmetic import FixedPoint
-from verifier.evaluator import Evaluator
+from verifier.evaluator import Evaluator, make_evaluator
 from verifier.model import Head, Layer, Model, Readout, Recurrent
-from verifier.protocol import evaluator_scores, ranges, scope, simulate
+from verifier.arithmetic import exp_table
+from verifier.protocol import evaluator_scores, ranges, scope, simulate, window
 from verifier.refute import random_model, refute
 from verifier.synthesis import synthesize_recurrent
 from verifier.tasks import make_task
+from training import Shape, train
 
 SETS = [("equality", 8, {}), ("disjointness", 8, {}), ("index_lookup", 6, {}), ("index_lookup", 4, dict(sigma=3)),
         ("induction_heads", 9, {}), ("induction_heads", 8, dict(sigma=4)), ("dyck22", 8, {}), ("dyck22", 10, {}),
@@ -111,6 +113,20 @@ def test_the_protocol_equals_the_evaluator_bit_for_bit(attention):
     assert inputs == 6000
 
 
+def test_the_counts_read_the_exp_table_without_building_it():
+    """`window` and the largest exponential, in closed form (the counts reach p = 31, where the
+    table has billions of entries), equal the table's at every format it can be built for."""
+    for p in range(2, 12):
+        for f in range(p + 1):
+            for rounding in ("floor", "nearest", "zero"):
+                dmin, table = exp_table(p, f, rounding)
+                lo = FixedPoint(p, f).lo
+                assert window(p, f, rounding) == int((table > 0).sum()) + int(dmin == lo and table[0] > 0)
+                r = ranges(p, f, rounding, "product", "softmax", 3, 0)
+                assert r.Z_A == 3 * int(table.max()) + 1
+    assert window(31, 30, "floor") > 0  # no table of 2^30 entries is built
+
+
 def test_the_protocol_refuses_what_it_does_not_describe():
     task = make_task("equality", 4)
     model = random_model(task, 1, 2, "softmax", np.random.default_rng(0))
@@ -119,6 +135,23 @@ def test_the_protocol_refuses_what_it_does_not_describe():
     two = random_model(task, 1, 2, "softmax", np.random.default_rng(0))
     two.layers = two.layers * 2
     assert "2 layers" in scope(two, FixedPoint(6))
+    assert "binary fixed point" in scope(model, verifier.arithmetic.Grid.b2(8, 1))
+    running = FixedPoint(6)
+    object.__setattr__(running, "accumulate", "running")  # a rule that saturated partial sums: not order-free
+    assert "not order-free" in scope(model, running)
+
+
+def test_the_cli_refuses_the_protocol_outside_its_conditions(tmp_path, capsys):
+    path = tmp_path / "m.npz"
+    verifier.save_model(random_model(make_task("equality", 8), 1, 2, "softmax", np.random.default_rng(0)), path)
+    code = cli.main(["refute", "equality", "--N", "8", "--format", "b2:1", "--model", str(path), "--method", "protocol"])
+    assert code == 2 and "binary fixed point" in capsys.readouterr().err
+    two = tmp_path / "two.npz"
+    model = random_model(make_task("equality", 8), 1, 2, "softmax", np.random.default_rng(0))
+    model.layers = model.layers * 2
+    verifier.save_model(model, two)
+    code = cli.main(["refute", "equality", "--N", "8", "--p", "6", "--model", str(two), "--method", "protocol"])
+    assert code == 2 and "2 layers" in capsys.readouterr().err
 
 
 # -- the refuter ----------------------------------------------------------------------------------
@@ -223,6 +256,9 @@ def test_cli_impossible_and_refute(capsys, tmp_path):
     code = cli.main(["impossible", "equality", "--N", "256", "--shape", "tf1:1,1,4"])
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("IMPOSSIBLE") and "smallest N   90" in out
+    code = cli.main(["impossible", "index_lookup", "--N", "64", "--shape", "tf1:1,1,3"])
+    out = capsys.readouterr().out  # a 1-layer transformer solves index lookup: never excluded
+    assert code == 3 and out.startswith("OPEN") and "smallest N   none up to 131,072" in out
     code = cli.main(["impossible", "equality", "--N", "8", "--shape", "tf1:x"])
     assert code == 2 and "--shape must be" in capsys.readouterr().err
     code = cli.main(["impossible", "equality", "--N", "8", "--shape", "rnn:2,4", "--p", "4"])
@@ -232,3 +268,189 @@ def test_cli_impossible_and_refute(capsys, tmp_path):
     code = cli.main(["refute", "idxl", "--N", "6", "--p", "4", "--model", str(path)])
     out = capsys.readouterr().out
     assert code == 1 and "REFUTED by protocol" in out and "INDEX" in out
+
+
+# -- every task of issue 23 through `verify refute` -----------------------------------------------
+REF_FIRST_IS_LAST = "def f(s):\n    return int(s[0] == s[-1])\n"
+REF_PARITY = "def f(s):\n    out, c = [], 0\n    for t in s:\n        c ^= t == 'b'\n        out.append(int(c))\n    return out\n"
+
+
+def _user_task(tmp_path, which):
+    """(task name, N, CLI options, make_task options) of a user task."""
+    if which == "dataset":
+        import itertools
+        import json
+        path = tmp_path / "data.jsonl"
+        path.write_text("".join(json.dumps({"input": list(s), "answer": s[0]}) + "\n"
+                                for n in range(1, 7) for s in itertools.product("ab", repeat=n)))
+        return "dataset", 6, ["--dataset", str(path), "--vocab", "a,b"], dict(dataset=str(path), vocab="a,b")
+    path = tmp_path / "ref.py"
+    path.write_text(REF_FIRST_IS_LAST if which == "reference" else REF_PARITY)
+    vocab = "a,b,c" if which == "reference" else "a,b"
+    return "reference", 6, ["--reference", f"{path}:f", "--vocab", vocab], dict(reference=f"{path}:f", vocab=vocab)
+
+
+CLI_CASES = [(name, N, kind) for name, N in [("induction_heads", 9), ("dyck22", 12), ("index_lookup", 8), ("mqar", 8),
+                                            ("nearest_neighbour", 6)] for kind in ("softmax", "recurrent")]
+CLI_CASES += [("reference", 6, "softmax"), ("reference", 6, "recurrent"), ("parity", 6, "recurrent"),
+              ("parity", 6, "softmax"), ("dataset", 6, "recurrent")]
+
+
+@pytest.mark.parametrize("name,N,kind", CLI_CASES)
+def test_every_task_is_refuted_through_the_cli(name, N, kind, tmp_path, capsys):
+    """`verify refute --method protocol` on a random 1-layer model (a readout at every position for a
+    task with an answer at every position) or a random recurrent model: exit 1, the argument
+    printed, and the counterexample really wrong (the task's own answer against the model's)."""
+    if name in ("reference", "parity", "dataset"):
+        name, N, flags, opts = _user_task(tmp_path, name)
+    else:
+        flags, opts = [], {}
+    task = make_task(name, N, **opts)
+    model = random_model(task, 1, 2, "softmax", np.random.default_rng(0)) if kind == "softmax" else _rnn(task, 3, 0)
+    path = tmp_path / "model.npz"
+    verifier.save_model(model, path)
+    code = cli.main(["refute", name, "--N", str(N), "--p", "4", "--model", str(path), "--method", "protocol", *flags])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert out.startswith("REFUTED by protocol") and "  argument    " in out and "the model answers" in out
+    assert ("Theorem 2" if kind == "recurrent" else "Theorem 4") in out
+    code = cli.main(["refute", name, "--N", str(N), "--p", "4", "--model", str(path), "--method", "protocol",
+                     "--json", *flags])
+    r = __import__("json").loads(capsys.readouterr().out)
+    assert code == 1 and r["verdict"] == "refuted" and r["argument"]
+    ev = make_evaluator(model, FixedPoint(4))
+    for c in r["counterexamples"]:
+        tokens = np.array([c["tokens"]])
+        answers, valid = task.evaluate(tokens)
+        assert valid.all()
+        assert ev.judge(ev.forward(tokens), answers).failed.all()  # the model gets it wrong
+
+
+def test_the_recurrent_dyck_construction_is_not_refuted(tmp_path, capsys):
+    """The 7-state automaton as 29 ReLUs solves Dyck-(2,2) at every length: no collision, no claim."""
+    path = tmp_path / "dyck.npz"
+    assert cli.main(["export", "dyck22", "--N", "16", "--variant", "recurrent", "-o", str(path)]) == 0
+    capsys.readouterr()
+    for N in (8, 16):
+        code = cli.main(["refute", "dyck22", "--N", str(N), "--p", "4", "--f", "1", "--model", str(path),
+                         "--method", "protocol"])
+        out = capsys.readouterr().out
+        assert code == 3 and out.startswith("UNKNOWN by protocol") and "no collision" in out
+        assert "counterexample" not in out
+
+
+def test_a_trained_one_layer_model_collides_on_induction_heads():
+    """The test suite's trainer, at the last position of strings of length 16; read at every
+    position: refuted by Alice's messages of Theorem 4's protocol on the INDEX set."""
+    task = make_task("induction_heads", 16)
+    rng = np.random.default_rng(0)
+    T = np.concatenate([np.full((400, 1), task.bos), rng.integers(0, 3, (400, 16))], axis=1)
+    model, _ = train(task, Shape("softmax", 1, d=8, m=4), steps=60, data=(T, task.evaluate(T)[0][:, -1]))
+    model.readout.positions = "all"
+    r = refute(verifier.build_problem("induction_heads", N=16, p=8, model=model), "protocol")
+    assert_really_wrong(task, r)
+    assert "INDEX through induction heads" in r.argument[0] and "Theorem 4" in " ".join(r.argument)
+
+
+# -- bounded synthesis over whole datasets (Chen and Zou at finite precision) ----------------------
+@pytest.mark.parametrize("p,rounding,overflow", [(3, "floor", "saturate"), (3, "nearest", "error"),
+                                                 (4, "zero", "saturate"), (2, "nearest", "saturate")])
+def test_the_synthesis_formula_is_the_evaluator_on_random_weights(p, rounding, overflow):
+    """The family's formula at its narrow bit width, with random weights (extreme codes included)
+    substituted, holds exactly when the evaluator gets the member right: no wrap-around, no
+    departure from the arithmetic, so an UNSAT is the arithmetic's."""
+    import z3
+    from verifier.synthesis import family_formula, family_model, family_weights
+    task = make_task("template_matching", 2)
+    fx = FixedPoint(p, None, rounding, overflow)
+    rng = np.random.default_rng(p)
+    members = [b for b in task.batches(0, task.total, 64)][0]
+    outcomes = set()
+    for trial in range(24):
+        codes = None
+        for tokens, label in zip(members.tokens, members.expected):
+            family = family_formula(task, [list(map(int, tokens))], [int(label)], 2, 1, fx)
+            if codes is None:  # extreme codes, or small ones (that saturate nothing)
+                pool = [fx.lo, fx.hi, 0, *rng.integers(fx.lo, fx.hi + 1, 3)] if trial % 2 else [-1, 0, 1]
+                codes = {name: int(rng.choice(pool)) for name in family.variables}
+                model = family_model(task, 2, 1, family_weights(task, 2, 1, fx, family, codes.__getitem__))
+                ev = make_evaluator(model, fx)
+            subs = [(v, z3.BitVecVal(codes[name], v.size())) for name, v in family.variables.items()]
+            holds = z3.is_true(z3.simplify(z3.substitute(z3.And(*family.assertions), *subs)))
+            right = not ev.judge(ev.forward(tokens[None]), np.array([label])).failed[0]
+            assert holds == right, (trial, tokens)
+            outcomes.add(right)
+    assert outcomes == {True, False}  # both outcomes compared
+
+
+def test_whole_dataset_synthesis_decides_template_matching():
+    """UNSAT at p = 3 and a model proved on every input at p = 4 (the benchmark's rows), with and
+    without the symmetry order (z3 agrees in 75 s; not run here)."""
+    from verifier.synthesis import synthesize_dataset, synthesize_inputs
+    task = make_task("template_matching", 2)
+    assert synthesize_dataset(task, 1, 1, FixedPoint(3), timeout=300, solver="bitwuzla").verdict == "impossible"
+    batches = list(task.batches(0, task.total, 64))
+    tokens, labels = [t for b in batches for t in b.tokens.tolist()], [y for b in batches for y in b.expected.tolist()]
+    assert len(tokens) == 9
+    assert synthesize_inputs(task, tokens, labels, 1, 1, FixedPoint(3), 300, "bitwuzla",
+                             symmetry=False).verdict == "impossible"
+    s = synthesize_dataset(task, 1, 1, FixedPoint(4), timeout=300, solver="bitwuzla")
+    assert s.verdict == "escapes" and s.whole_dataset.startswith("proved on all 9 inputs")
+
+
+def test_a_transformer_shape_impossible_by_count_has_no_model_by_synthesis(capsys):
+    """tf1:1,1,2,relu on induction heads at N = 9: the count says IMPOSSIBLE (13 messages < 16 Alice
+    parts); bounded synthesis on the fooling set's 64 inputs finds no model (UNSAT)."""
+    code = cli.main(["impossible", "induction_heads", "--N", "9", "--shape", "tf1:1,1,2,relu",
+                     "--synthesis-timeout", "300"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("IMPOSSIBLE") and "13 < 16 members" in out
+    assert "the fooling set's inputs" in out and "(UNSAT)" in out
+
+
+# -- the frontier from both sides ----------------------------------------------------------------------
+def test_the_largest_impossible_p_is_where_the_count_stops_excluding():
+    from verifier.separation import largest_impossible_p, parse_family
+    for name, N, family in [("index_lookup", 256, "rnn:16"), ("dyck22", 128, "tf1:1,2"), ("equality", 128, "rnn:16")]:
+        P = largest_impossible_p(name, N, parse_family(family))
+        size = fooling.size(name, N)
+
+        def impossible(p):  # the verdict's own test: the count below the set
+            return shapes.count(shapes.parse_shape(f"{family},{p}"), size).value < size.members
+        assert P >= 2 and all(impossible(p) for p in range(2, P + 1)) and not impossible(P + 1), (name, P)
+
+
+def test_the_separation_figure_is_drawn_from_a_sweep(tmp_path, capsys):
+    out = tmp_path / "fig.png"
+    code = cli.main(["separation", "dyck22", "--sweep", "docs/results/dyck22-recurrent.json", "--shapes",
+                     "tf1:1,1;rnn:4", "--plot", str(out)])
+    assert code == 0 and out.read_bytes()[:4] == b"\x89PNG"
+    code = cli.main(["separation", "dyck22", "--sweep", "docs/results/dyck22-recurrent.json", "--plot", str(out)])
+    assert code == 2 and "refusing to overwrite" in capsys.readouterr().err
+    code = cli.main(["separation", "equality", "--sweep", "docs/results/dyck22-recurrent.json", "--plot",
+                     str(tmp_path / "other.png")])
+    assert code == 2 and "not of equality" in capsys.readouterr().err
+    code = cli.main(["separation", "dyck22", "--N", "8", "--sweep", "docs/results/dyck22-recurrent.json", "--plot",
+                     str(tmp_path / "third.png")])
+    assert code == 2
+
+
+def test_user_tasks_get_a_verdict_about_a_shape(tmp_path, capsys):
+    """A greedy fooling set, built at every N up to the one asked: first token == last token needs
+    3 states after a prefix (the first token), so no recurrent model with 2 state codes computes it."""
+    path = tmp_path / "ref.py"
+    path.write_text(REF_FIRST_IS_LAST)
+    flags = ["--reference", f"{path}:f", "--vocab", "a,b,c", "--N", "6"]
+    code = cli.main(["impossible", "reference", *flags, "--shape", "rnn:1,2"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("IMPOSSIBLE") and "2 < 3 members" in out and "smallest N   2:" in out
+    code = cli.main(["impossible", "reference", *flags, "--shape", "rnn:1,3"])
+    out = capsys.readouterr().out
+    assert code == 3 and "4 >= 3 members" in out and "none up to 6" in out
+
+
+def test_separation_exits_with_the_constructions_verdict(capsys):
+    """The recurrent Dyck construction is refuted at p = 2 (f = 1): the table is printed, exit 1."""
+    assert cli.main(["separation", "dyck22", "--N", "8", "--p", "2", "--f", "1", "--shapes", "tf1:1,1,2"]) == 1
+    assert "| construction | dyck22 (hidden=29, n_params=1104) | REFUTED at p = 2 |" in capsys.readouterr().out
+    assert cli.main(["separation", "dyck22", "--N", "8", "--p", "3", "--f", "1", "--shapes", "tf1:1,1,2"]) == 0

@@ -213,8 +213,10 @@ def test_a_model_that_solves_equality_has_no_collision():
     model = _equality_solver(4)
     result = refute(verifier.build_problem("equality", N=4, p=12, model=model))
     assert result.verdict == "proved"
-    assert any("no collision: 4 Alice parts" in f for f in result.findings)
-    assert result.stats["protocol"]["distinct_summaries"] == {"0": 4, "1": 4}
+    assert any("no collision on the fooling set" in f and "among 4 Alice parts" in f for f in result.findings)
+    assert result.stats["protocol"]["distinct_summaries"] == {"multisets under the query 0": 4,
+                                                             "multisets under the query 1": 4,
+                                                             "message tuples under one Bob part (the fewest)": 4}
 
 
 def test_a_low_precision_model_collides():

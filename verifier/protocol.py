@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
+import mpmath
 import numpy as np
 
-from .arithmetic import FixedPoint, exp_table
+from .arithmetic import Fixed, FixedPoint, exp_table
 from .evaluator import Evaluator, RecurrentEvaluator, read_from
 from .model import Recurrent
 
@@ -38,8 +39,11 @@ ORDER_FREE = ("product", "wide")  # accumulation rules whose sums over positions
 
 def scope(model, arith) -> Optional[str]:
     """Why the summaries and the protocol do not describe this model (None: they do)."""
-    if not isinstance(arith, FixedPoint):
+    if not isinstance(arith, Fixed):
         return "the protocol is about FX arithmetic; float64 sums depend on their order"
+    if not isinstance(arith, FixedPoint):
+        return (f"the protocol is simulated (and checked against the evaluator) in binary fixed point FX(p, f) only, "
+                f"not on {arith.label()}")
     if arith.accumulate not in ORDER_FREE:
         return (f"accumulate={arith.accumulate}: its sums over positions are not order-free (the protocol needs "
                 f"one of {', '.join(ORDER_FREE)})")
@@ -78,14 +82,21 @@ def summaries(ev: Evaluator, alice: np.ndarray, parts: np.ndarray, position: int
 def states(ev: RecurrentEvaluator, prefixes: np.ndarray) -> np.ndarray:
     """The state codes after each prefix (F, L), with a last column: did anything saturate under
     overflow = error (an input that holds the prefix fails whatever follows)."""
+    for keys in state_steps(ev, prefixes):
+        pass
+    return keys
+
+
+def state_steps(ev: RecurrentEvaluator, tokens: np.ndarray) -> Iterator[np.ndarray]:
+    """`states` after each prefix tokens[:, :t + 1] in turn, in one pass (t = 0, 1, ...)."""
     q = ev.q
-    tokens, used = ev._start(prefixes, False, np.zeros(len(q.vocab), bool))  # saturated parameters used
+    tokens, used = ev._start(tokens, False, np.zeros(len(q.vocab), bool))  # saturated parameters used
     ctx = ev.arith.context((len(tokens),))
     ctx.ovf |= used.base.ovf | used.ovf.any(1)
     h = np.broadcast_to(q.h0, (len(tokens), q.d))
     for t in range(tokens.shape[1]):
         h = ev.step(h, tokens[:, t], ctx, f"t{t}")[1]
-    return np.concatenate([h, ctx.ovf[:, None].astype(np.int64)], axis=1)
+        yield np.concatenate([h, ctx.ovf[:, None].astype(np.int64)], axis=1)
 
 
 # -- Theorem 4's protocol ----------------------------------------------------------------------------
@@ -154,6 +165,19 @@ def simulate(ev: Evaluator, tokens: np.ndarray, alice: np.ndarray, position: int
     return ev.scores(X[:, 0], ctx), ctx.ovf, transcripts
 
 
+def alice_messages(ev: Evaluator, tokens: np.ndarray, alice: np.ndarray, position: int) -> np.ndarray:
+    """Per input (B, L): what Alice sends in Theorem 4's protocol once Bob has spoken, per head her
+    max, normalizer and partial sums (softmax) or her partial sums (ReLU), with the input's
+    saturation flag.  With Bob's part fixed, equal rows give equal readout scores at `position`
+    (Bob's reconstruction is a function of his part and these): (B, K) int64."""
+    _, ovf, transcripts = simulate(ev, tokens, alice, position)
+    cols = [ovf[:, None].astype(np.int64)]
+    for t in transcripts:
+        cols += [t.M_A[:, None], t.Z_A[:, None]] if t.M_A is not None else []
+        cols.append(t.P_A)
+    return np.concatenate(cols, axis=1).astype(np.int64)
+
+
 def evaluator_scores(ev: Evaluator, tokens: np.ndarray, position: int) -> np.ndarray:
     """The evaluator's readout scores at `position` (what `simulate` must reproduce)."""
     out = ev.forward(tokens)
@@ -179,7 +203,7 @@ def ranges(p: int, f: int, rounding: str, accumulate: str, attention: str, nA: i
     product term in [lo, hi] (rounded and saturated) or, accumulated wide, in
     [w_max lo, w_max hi]."""
     fx = FixedPoint(p, f, rounding)
-    e_max = int(exp_table(p, f, rounding)[1].max())
+    e_max = min(1 << f, fx.hi)  # R(exp(0) 2^f), the table's largest entry, without the table
     w_max = min(fx.one, fx.hi) if attention == "softmax" else fx.hi
     span = (fx.hi - fx.lo) if accumulate == "product" else w_max * (fx.hi - fx.lo)
     soft = attention == "softmax"
@@ -189,9 +213,15 @@ def ranges(p: int, f: int, rounding: str, accumulate: str, attention: str, nA: i
 def window(p: int, f: int, rounding: str) -> int:
     """How many values Alice's gap g = s - M_A to her own max can usefully take: those with a nonzero
     exponential (below them a position contributes nothing, as M >= M_A), and one more for every
-    gap below lo when exp(lo) is not 0 (the gap s - M is clipped to lo, whatever M is)."""
-    dmin, table = exp_table(p, f, rounding)
-    return int((table > 0).sum()) + int(dmin == FixedPoint(p, f).lo and table[0] > 0)
+    gap below lo when exp(lo) is not 0 (the gap s - M is clipped to lo, whatever M is).
+
+    Without building the exp table (2^f entries and more): R(exp(d 2^-f) 2^f) > 0 exactly when
+    exp(d 2^-f) 2^f >= 1 (floor, zero) or >= 1/2 (nearest), i.e. for d >= d0 = ceil(-(f + [nearest])
+    ln 2 2^f), an irrational number unless it is 0, decided in 200-bit arithmetic."""
+    lo = FixedPoint(p, f).lo
+    with mpmath.workprec(200):
+        d0 = int(mpmath.ceil(-(f + (rounding == "nearest")) * mpmath.log(2) * mpmath.mpf(2) ** f))
+    return 1 - max(d0, lo) + (lo >= d0)
 
 
 def log2_comb(n: int, k: int) -> float:

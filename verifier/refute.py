@@ -34,13 +34,13 @@ from typing import Optional
 
 import numpy as np
 
-from .api import describe_problem, replay, run
+from .api import answer_name, describe_problem, replay, run
 from .arithmetic import format_text
 from .budget import Deadline
 from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random_seeds
 from .engines import Found, Problem
-from .errors import InputError
-from .evaluator import Evaluator, make_evaluator, trace
+from .errors import InputError, InternalError
+from .evaluator import make_evaluator, read_from, trace
 from . import fooling, protocol
 from .model import Head, Layer, Model, Readout, Recurrent
 from .protocol import summaries
@@ -177,6 +177,16 @@ class _Model:
         return [replay(self.problem, Found.of(judged, i, task.index_of(tokens[i]), tokens[i]), self.generic)
                 for i in np.flatnonzero(judged.failed)[:limit]]
 
+    def answered(self, tokens: np.ndarray, position: int) -> list[str]:
+        """The model's answer at `position` (of the input) on each input, by name; a tie names its classes."""
+        out = self.fast.forward(tokens)
+        col = position - read_from(self.problem.model)
+        pred, tie, scores = (out.pred, out.tie, out.scores) if out.pred.ndim == 1 else \
+            (out.pred[:, col], out.tie[:, col], out.scores[:, col])
+        name = lambda c: answer_name(self.problem, int(c))  # noqa: E731
+        return [f"tie({', '.join(map(name, np.flatnonzero(s == s.max())))})" if t else name(p)
+                for p, t, s in zip(pred, tie, scores)]
+
     def readout_vector(self, tokens) -> np.ndarray:
         """What the readout reads at the last position (FX values)."""
         return self.problem.arith.to_real(trace(self.generic, tokens)[1][self.readout_input][-1])
@@ -270,33 +280,90 @@ def _told_apart(task, fs: fooling.FoolingSet, i: int, j: int, bobs: np.ndarray) 
     return None
 
 
+STRING_TASKS = ("induction_heads", "dyck22")  # every string after the start token is an input
+ROUNDS = (256, 1024, 4096, 16384, 1 << 16)  # Alice parts summarized in each round: the birthday bound makes a collision
+# likely long before every part, and a recurrent model's states or a transformer's messages cost a pass each
+
+
 def refute_protocol(model: _Model, out: Refutation, max_counterexamples: int, seed: int = 0,
                     members: int = fooling.MAX_MEMBERS) -> bool:
-    """Collide the summaries of the fooling set's Alice parts: the state codes after her prefix
-    (recurrent, Theorem 2), or per head the multiset of her (logit, value) codes under the query
-    of Bob's position (1-layer transformer, Theorem 4); two Alice parts with one summary and a Bob
-    part that tells them apart give two inputs the model answers alike at that position, though
-    their answers differ."""
+    """Collide what the model's answer at Bob's position needs from Alice's part, on the task's
+    fooling set: the state codes after her prefix (recurrent, Theorem 2); for a 1-layer
+    transformer, per head the multiset of her (logit, value) codes under the query of Bob's
+    position (whatever else Bob holds), then Alice's messages in Theorem 4's protocol once one Bob
+    part has spoken.  Two Alice parts with one summary and a Bob part that tells them apart give two
+    inputs the model answers alike at that position, though their answers differ."""
     problem, t0 = model.problem, time.monotonic()
-    task, ev = problem.task, model.fast
-    if isinstance(problem.model, Recurrent) and getattr(task, "dfa", None) is not None:
-        return refute_states_dfa(model, out, max_counterexamples, seed, t0)
-    fs = fooling.build(task, members, seed)
+    task = problem.task
     recurrent = isinstance(problem.model, Recurrent)
+    if recurrent and getattr(task, "dfa", None) is not None:
+        return refute_states_strings(model, out, max_counterexamples, seed, t0)
+    fs = fooling.build(task, members, seed)
     if recurrent and not fs.contiguous:
+        if task.name in STRING_TASKS:
+            return refute_states_strings(model, out, max_counterexamples, seed, t0)
         raise InputError(f"the fooling set of {task.name} splits the positions without giving Alice a prefix; a "
                          f"recurrent model's state summarizes a prefix")
+    order = np.random.default_rng(seed).permutation(len(fs.A))
+    distinct: dict[str, int] = {}
+    found = None
+    for n in sorted({min(r, len(fs.A)) for r in ROUNDS}):
+        distinct.clear()
+        found = _summary_collision(model, fs, order[:n], distinct)
+        if found is None and not recurrent:
+            found = _message_collision(model, fs, order[:n], distinct)
+        if found is not None:
+            break
+    out.stats["protocol"] = {"fooling_set": fs.size, "alice_parts": n, "distinct_summaries": dict(distinct),
+                             "seconds": round(time.monotonic() - t0, 3)}
+    if found is None:
+        out.findings.append(f"no collision on the fooling set ({fs.source}) among {n:,} Alice parts: " +
+                            ", ".join(f"{d:,} distinct {what}" for what, d in distinct.items()))
+        return False
+    i, j, g, lines = found
+    rows = fs.inputs(np.array([i, j]), np.array([g, g]))
+    answers = fooling.answers_at(task, rows, fs.position)[0]
+    produced = model.answered(rows, fs.position)
+    if produced[0] != produced[1]:
+        raise InternalError(f"the protocol says the model answers {task.render(rows[0])} and {task.render(rows[1])} "
+                            f"alike at position {fs.position}; the evaluator answers {produced[0]} and {produced[1]}")
+    out.counterexamples = model.counterexamples(_wrong_first(task, rows, answers, produced[0]), max_counterexamples)
+    out.argument = [fs.describe()] + lines + [
+        f"two Alice parts with one summary, completed by a Bob part that tells them apart: {task.render(rows[0])} "
+        f"and {task.render(rows[1])}; the model's output at position {fs.position} is a function of the summary and "
+        f"Bob's part (Bhattamishra et al. 2024, {'Theorem 2' if recurrent else 'Theorem 4, Appendix D'}), so it "
+        f"answers both alike there, though their answers differ",
+        f"at position {fs.position} the task answers {task.answer_name(int(answers[0]))} and "
+        f"{task.answer_name(int(answers[1]))}; the model answers {produced[0]} on both"]
+    if not recurrent:
+        bits = theorem4_bits(problem)
+        out.argument.append(f"Theorem 4's protocol for this model sends {bits['printed']} bits as printed, "
+                            f"{bits['steps']} as its steps add up; the fooling set needs log2 {fs.size:,} = "
+                            f"{math.log2(fs.size):.1f}")
+    return True
+
+
+def _wrong_first(task, rows: np.ndarray, answers: np.ndarray, produced: str) -> np.ndarray:
+    """The two inputs, the one the model gets wrong at the position argued about first."""
+    return rows[::-1] if task.answer_name(int(answers[0])) == produced else rows
+
+
+def _summary_collision(model: _Model, fs: fooling.FoolingSet, a: np.ndarray, distinct: dict) -> Optional[tuple]:
+    """Two Alice parts among A[a] with one summary that holds whatever Bob holds (state codes; the
+    multisets of codes under one query), and a Bob part that tells them apart: (i, j, g, lines)."""
+    task, ev = model.problem.task, model.fast
+    recurrent = isinstance(model.problem.model, Recurrent)
     col = int(np.flatnonzero(fs.bob == fs.position)[0])
     queries = [None] if recurrent else [int(x) for x in np.unique(fs.B[:, col])]
-    found, distinct = None, {}
-    # a recurrent model's states cost a step per position and part: a few parts first (the birthday
-    # bound makes a collision likely long before every part), then more
-    counts = [n for n in (1024, 8192) if n < len(fs.A)] + [len(fs.A)] if recurrent else [len(fs.A)]
-    for token, n in [(t, n) for t in queries for n in counts]:
-        keys = protocol.states(ev, fs.A[:n]) if recurrent else summaries(ev, fs.alice, fs.A, fs.position, token)
-        distinct["state" if recurrent else task.vocab[token]] = len(np.unique(keys, axis=0))
+    what = "state codes after Alice's prefix" if recurrent else \
+        "multisets of (logit, value) codes per head under one query"
+    for token in queries:
+        keys = protocol.states(ev, fs.A[a]) if recurrent else summaries(ev, fs.alice, fs.A[a], fs.position, token)
+        d = len(np.unique(keys, axis=0))
+        distinct["state codes" if recurrent else f"multisets under the query {task.vocab[token]}"] = d
         bobs = np.arange(len(fs.B)) if recurrent else np.flatnonzero(fs.B[:, col] == token)
-        for i, j in _collisions(keys):
+        for x, y in _collisions(keys):
+            i, j = int(a[x]), int(a[y])
             hint = [fs.separator(i, j)] if fs.separator is not None else []
             hint += [i, j] if fs.two_way else []
             hint = [g for g in hint if recurrent or fs.B[g, col] == token]  # under this query only
@@ -304,81 +371,115 @@ def refute_protocol(model: _Model, out: Refutation, max_counterexamples: int, se
             if g is None:
                 g = _told_apart(task, fs, i, j, bobs[:MAX_SCANNED])
             if g is not None:
-                found = (i, j, g, token)
+                where = "" if recurrent else f" under the query {task.vocab[token]} at position {fs.position}"
+                return i, j, g, [f"summary: {what}, whatever else Bob holds; {len(a):,} Alice parts have {d:,} "
+                                 f"distinct summaries{where}"]
+    return None
+
+
+MESSAGE_BOBS = 64  # Bob parts under which Alice's messages are computed
+
+
+def _message_collision(model: _Model, fs: fooling.FoolingSet, a: np.ndarray, distinct: dict) -> Optional[tuple]:
+    """Alice's messages in Theorem 4's protocol once Bob has spoken (`protocol.alice_messages`: per
+    head her max, normalizer and partial sums), for one Bob part g: Bob's output is a function of
+    his part and these, so two Alice parts among A[a] with equal messages under g and different
+    answers at the position give one wrong answer: (i, j, g, lines)."""
+    task, ev = model.problem.task, model.fast
+    what = ("Alice's messages (per head: max, normalizer, partial sums)"
+            if model.problem.model.layers[0].attention == "softmax" else "Alice's messages (per head: partial sums)")
+    for g in range(min(len(fs.B), MESSAGE_BOBS)):
+        rows = fs.inputs(a, np.full(len(a), g))
+        ans, valid = fooling.answers_at(task, rows, fs.position)
+        keep = np.flatnonzero(valid)
+        keys = protocol.alice_messages(ev, rows[keep], fs.alice, fs.position)
+        _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        label = "message tuples under one Bob part (the fewest)"
+        distinct[label] = min(len(first), distinct.get(label, len(first)))
+        other = np.flatnonzero(ans[keep] != ans[keep][first[group]])
+        if len(other):
+            i, j = int(a[keep[first[group[other[0]]]]]), int(a[keep[other[0]]])
+            return i, j, g, [f"summary: {what} in Theorem 4's protocol once Bob (holding {task.render(fs.B[g])} at "
+                             f"his positions) has sent his query, max and normalizer; {len(keep):,} Alice parts have "
+                             f"{len(first):,} distinct message tuples under this Bob part"]
+    return None
+
+
+def refute_states_strings(model: _Model, out: Refutation, max_counterexamples: int, seed: int, t0: float,
+                          prefixes: int = 1 << 12) -> bool:
+    """A recurrent model on a task over every string after the start token (Dyck-(2,2), induction
+    heads): the prefixes of every length of random strings, hashed by their state codes; two with
+    one state and a suffix after which the task answers them differently at the end give two
+    inputs the model answers alike there.  With an automaton (Dyck-(2,2)) the prefixes' automaton states must
+    differ and the suffix is the shortest after which it accepts one only (Myhill-Nerode); without
+    one, short suffixes are tried on the task's own answers."""
+    problem = model.problem
+    task, ev = problem.task, model.fast
+    dfa = getattr(task, "dfa", None)
+    rng = np.random.default_rng(seed)
+    A = task.bos  # the symbols come before the start token
+    found, n = None, 0
+    words = rng.integers(0, A, (prefixes, task.N - 1))  # their prefixes of every length, in one pass
+    q = np.zeros(prefixes, dtype=np.int64)
+    steps = protocol.state_steps(ev, np.concatenate([np.full((prefixes, 1), task.bos), words], axis=1))
+    next(steps)  # the start token alone
+    for n, keys in enumerate(steps, start=1):
+        if dfa is not None:
+            q = dfa[q, words[:, n - 1]]
+        for i, j in _collisions(keys, limit=1 << 12 if dfa is not None else 16):
+            u, v = words[i, :n], words[j, :n]
+            if (u == v).all() or (dfa is not None and q[i] == q[j]):
+                continue
+            suffix = (_distinguishing_suffix(dfa, np.array(task.accepting), int(q[i]), int(q[j]), task.N - n)
+                      if dfa is not None else _separating_suffix(task, u, v, task.N - n, rng))
+            if suffix is not None:
+                found = (u, v, suffix, int(q[i]), int(q[j]))
                 break
         if found:
             break
-    what = "state codes after Alice's prefix" if recurrent else \
-        "per head, the multiset of (logit, value) codes over Alice's positions under the query"
-    out.stats["protocol"] = {"fooling_set": fs.size, "members_used": len(keys),
-                             "distinct_summaries": distinct, "seconds": round(time.monotonic() - t0, 3)}
+    out.stats["protocol"] = {"strings": prefixes, "prefix_lengths": n, "seconds": round(time.monotonic() - t0, 3)}
+    hashed = f"the prefixes of lengths 1..{n} of {prefixes:,} random strings, hashed by their state codes"
     if not found:
-        out.findings.append(f"no collision: {len(keys):,} Alice parts of the fooling set ({fs.source}) have "
-                            f"{min(distinct.values()):,} or more distinct summaries ({what})")
-        return False
-    i, j, g, token = found
-    rows = fs.inputs(np.array([i, j]), np.array([g, g]))
-    cex = model.counterexamples(rows, max_counterexamples)
-    out.counterexamples = cex
-    theorem = "Theorem 2" if recurrent else "Theorem 4, Appendix D"
-    out.argument = [fs.describe(),
-                    f"summary: {what}; {len(keys):,} Alice parts have {distinct[list(distinct)[-1]]:,} distinct summaries"
-                    + ("" if recurrent else f" under the query {task.vocab[token]} at position {fs.position}"),
-                    f"two Alice parts with one summary, completed by a Bob part that tells them apart: "
-                    f"{task.render(rows[0])} and {task.render(rows[1])}; the model's output at position "
-                    f"{fs.position} is a function of the summary and Bob's part (Bhattamishra et al. 2024, {theorem}), "
-                    f"so it answers both alike there, though their answers differ"]
-    if not recurrent:
-        bits = theorem4_bits(problem)
-        out.argument.append(f"Theorem 4's protocol for this model sends {bits['printed']} bits as printed, "
-                            f"{bits['steps']} as its steps add up; the fooling set needs log2 {fs.size:,} = "
-                            f"{math.log2(fs.size):.1f}")
-    return bool(cex)
-
-
-def refute_states_dfa(model: _Model, out: Refutation, max_counterexamples: int, seed: int, t0: float,
-                      prefixes: int = 1 << 14) -> bool:
-    """A recurrent model on a task given by a DFA: random prefixes of every length up to N, hashed by
-    their state codes; two with one state but different automaton states (Myhill-Nerode: a suffix
-    tells them apart) give two inputs the model answers alike after that suffix."""
-    problem = model.problem
-    task, ev = problem.task, model.fast
-    dfa, accepting = task.dfa, np.array(task.accepting)
-    rng = np.random.default_rng(seed)
-    A = dfa.shape[1]
-    found = None
-    checked = 0
-    for n in range(1, task.N + 1):
-        count = min(A ** n, prefixes // task.N + 1)
-        words = rng.integers(0, A, (count, n))
-        q = np.zeros(count, dtype=np.int64)
-        for c in range(n):
-            q = dfa[q, words[:, c]]
-        keys = np.concatenate([protocol.states(ev, np.concatenate([np.full((count, 1), task.bos), words], axis=1)),
-                               q[:, None]], axis=1)
-        checked += count
-        for i, j in _collisions(keys[:, :-1], limit=1 << 12):
-            if q[i] != q[j]:
-                suffix = _distinguishing_suffix(dfa, accepting, int(q[i]), int(q[j]), task.N - n)
-                if suffix is not None:
-                    found = (words[i], words[j], suffix, int(q[i]), int(q[j]))
-                    break
-        if found:
-            break
-    out.stats["protocol"] = {"prefixes": checked, "seconds": round(time.monotonic() - t0, 3)}
-    if not found:
-        out.findings.append(f"no collision: {checked:,} random prefixes whose state codes coincide only where the "
-                            f"automaton's states do (or no suffix within N tells them apart)")
+        out.findings.append(f"no collision: {hashed} coincide only where " +
+                            ("the automaton's states do (or no suffix within N tells them apart)" if dfa is not None
+                             else "no short suffix tells them apart"))
         return False
     u, v, w, qu, qv = found
     rows = np.array([np.concatenate([[task.bos], u, w]), np.concatenate([[task.bos], v, w])])
-    out.counterexamples = model.counterexamples(rows, max_counterexamples)
-    out.argument = [f"{checked:,} random prefixes hashed by the model's state codes: {task.render(rows[0][:len(u) + 1])} "
-                    f"and {task.render(rows[1][:len(v) + 1])} have the same state but automaton states {qu} and {qv}",
-                    f"the suffix {task.render(w) or '(empty)'} tells them apart (the automaton accepts after one and not "
-                    f"the other); every later output of the model is a function of the state and the suffix "
-                    f"(Bhattamishra et al. 2024, Theorem 2), so it answers both alike at the end"]
-    return bool(out.counterexamples)
+    last = rows.shape[1] - 1
+    answers, produced = fooling.answers_at(task, rows, last)[0], model.answered(rows, last)
+    if produced[0] != produced[1]:
+        raise InternalError(f"equal states after {task.render(rows[0][:len(u) + 1])} and "
+                            f"{task.render(rows[1][:len(v) + 1])}, yet the evaluator answers {produced[0]} and "
+                            f"{produced[1]} after the same suffix")
+    out.counterexamples = model.counterexamples(_wrong_first(task, rows, answers, produced[0]), max_counterexamples)
+    why = (f"automaton states {qu} and {qv}; the suffix {task.render(w) or '(empty)'} is the shortest after which "
+           f"the automaton accepts one and not the other" if dfa is not None else
+           f"the suffix {task.render(w)} gives them different answers at the end")
+    out.argument = [f"{hashed}: {task.render(rows[0][:len(u) + 1])} "
+                    f"and {task.render(rows[1][:len(v) + 1])} have the same state codes but {why}",
+                    f"every later output of the model is a function of the state and the suffix (Bhattamishra et al. "
+                    f"2024, Theorem 2), so it answers both alike at the end: at position {last} the task answers "
+                    f"{task.answer_name(int(answers[0]))} and {task.answer_name(int(answers[1]))}; the model answers "
+                    f"{produced[0]} on both"]
+    return True
+
+
+def _separating_suffix(task, u: np.ndarray, v: np.ndarray, room: int, rng: np.random.Generator,
+                       tries: int = 256) -> Optional[np.ndarray]:
+    """A suffix of at most `room` symbols after which the task's answers at the end differ for
+    prefixes u and v: every suffix of each length, or `tries` random ones."""
+    A = task.bos
+    for r in range(1, room + 1):
+        w = np.indices((A,) * r).reshape(r, -1).T if A ** r <= tries else rng.integers(0, A, (tries, r))
+        rows = np.concatenate([np.concatenate([np.tile(np.concatenate([[task.bos], x]), (len(w), 1)), w], axis=1)
+                               for x in (u, v)])
+        ans = np.split(fooling.answers_at(task, rows, rows.shape[1] - 1)[0], 2)
+        hit = np.flatnonzero(ans[0] != ans[1])
+        if len(hit):
+            return w[hit[0]]
+    return None
 
 
 def _distinguishing_suffix(dfa: np.ndarray, accepting: np.ndarray, a: int, b: int, room: int) -> Optional[np.ndarray]:
@@ -456,7 +557,8 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
 def random_model(task, heads: int, width: int, attention: str, rng: np.random.Generator) -> Model:
     """A random 1-layer model for the task: Gaussian embeddings and weights, `heads` heads of query,
     key and value width `width`, a residual connection (none for one-head softmax, which the
-    dependent-set argument covers only without one), a readout of the task's kind."""
+    dependent-set argument covers only without one), a readout of the task's kind, read at every
+    position for a task with an answer at every position (induction heads, Dyck-(2,2))."""
     V, n, d = len(task.vocab), task.max_len, 2 * width + 4
     W_O_width = width if attention == "relu" else heads * width
     model_cost(f"a random model of {heads} heads of width {width}", d,
@@ -467,7 +569,8 @@ def random_model(task, heads: int, width: int, attention: str, rng: np.random.Ge
     layer = Layer(heads_, W_O, attention=attention, residual=residual, causal=False)
     C = task.num_classes
     return Model(E=rng.normal(0, 1, (V, d)), P=rng.normal(0, 1, (n, d)), P_mask=np.ones(V, bool), layers=[layer],
-                 readout=Readout(rng.normal(0, 1, (C, d)), rng.normal(0, 1, C), task.readout),
+                 readout=Readout(rng.normal(0, 1, (C, d)), rng.normal(0, 1, C), task.readout,
+                                 positions="all" if getattr(task, "per_position", False) else "last"),
                  vocab=list(task.vocab), info={"construction": f"random ({heads} {attention} head{'s' if heads > 1 else ''}, width {width})"})
 
 

@@ -33,9 +33,10 @@ import numpy as np
 
 from . import fooling, protocol
 from .arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
-from .errors import InputError
+from .errors import InputError, InternalError
 
 MAX_P = 31
+SMALLEST_LIMIT = 1 << 17  # the largest N the smallest impossible N is looked for up to
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ class Verdict:
     count: Optional[Count]
     fooling: str  # the set and its check
     smallest: Optional[int] = None
+    searched: Optional[int] = None  # the smallest N was looked for up to this N
     below: Optional[str] = None  # bounded synthesis over the whole dataset, when asked for
 
     @property
@@ -184,6 +186,8 @@ class Verdict:
             out.append(f"  bits         log2 {math.log2(c.value):.1f} against log2 {math.log2(self.members):.1f}")
         if self.smallest is not None:
             out.append(f"  smallest N   {self.smallest}: the first N at which the count falls below the fooling set")
+        elif self.searched:
+            out.append(f"  smallest N   none up to {self.searched:,}: the count stays at or above the fooling set")
         if self.below:
             out.append(f"  synthesis    {self.below}")
         return out
@@ -199,6 +203,9 @@ def _big(n: int) -> str:
     return f"{n:,}" if n < 10 ** 15 else f"2^{math.log2(n):.1f}"
 
 
+USER_TASKS = ("reference", "dataset")  # a greedy fooling set, built at each N (no closed form)
+
+
 def impossible(task_name: str, N: int, shape: Shape, f: Optional[int] = None, rounding: Optional[str] = None,
                accumulate: str = "product", smallest: bool = True, synthesis_timeout: Optional[float] = None,
                **options) -> Verdict:
@@ -206,59 +213,95 @@ def impossible(task_name: str, N: int, shape: Shape, f: Optional[int] = None, ro
     from .tasks import canonical, make_task
     name = canonical(task_name)
     task = make_task(name, N=N, **options)
-    size = fooling.size(name, N, **options)
-    if size is None:
-        raise InputError(f"{name} has no fooling set at N = {N} (tasks with one: {', '.join(fooling.BUILDERS)})")
-    built = fooling.build(task, limit=4096)
-    if fooling.size_of(built) != size:
-        raise InputError(f"internal: the fooling set built at N = {N} has not the size its closed form gives")
-    whole = "all" if len(built.A) == built.size else f"a random sample of {len(built.A):,} Alice parts x all"
-    checked = (f"checked by brute force on {whole} {len(built.A) * len(built.B):,} combinations of an Alice and a Bob part"
+    if name in USER_TASKS:
+        built = fooling.build(task)
+        size = fooling.size_of(built)
+    else:
+        size = fooling.size(name, N, **options)
+        if size is None:
+            raise InputError(f"{name} has no fooling set at N = {N} (tasks with one: {', '.join(fooling.BUILDERS)}, "
+                             f"and user tasks: {', '.join(USER_TASKS)})")
+        built = fooling.build(task, limit=4096)
+        if fooling.size_of(built) != size:
+            raise InputError(f"internal: the fooling set built at N = {N} has not the size its closed form gives")
+    which = "" if len(built.A) == built.size else f" (a random sample of {len(built.A):,} Alice parts, every Bob part)"
+    checked = (f"checked by brute force on all {len(built.A) * len(built.B):,} combinations of an Alice and a Bob "
+               f"part{which}"
                if len(built.A) * len(built.B) <= 1 << 18 and not fooling.check(task, built) else
                f"{fooling.sample_check(task, built, 2000, np.random.default_rng(0)):,} random pairs of members "
                f"crossed and checked")
     c = count(shape, size, f, rounding, accumulate)
     verdict = "impossible" if c is not None and c.value < size.members else "open"
-    first = smallest_impossible(name, shape, f, rounding, accumulate, **options) if smallest else None
-    out = Verdict(verdict, name, N, shape, size.members, c, f"{built.describe()}; {checked}", first)
+    limit = N if name in USER_TASKS else SMALLEST_LIMIT
+    first = smallest_impossible(name, shape, f, rounding, accumulate, limit, **options) if smallest else None
+    out = Verdict(verdict, name, N, shape, size.members, c, f"{built.describe()}; {checked}", first,
+                  limit if smallest else None)
     if synthesis_timeout is not None:
-        out.below = synthesis_check(task, shape, f, rounding, accumulate, synthesis_timeout)
+        out.below = synthesis_check(task, shape, f, rounding, accumulate, synthesis_timeout,
+                                    None if c is None else c.value, built)
     return out
 
 
 def synthesis_check(task, shape: Shape, f: Optional[int], rounding: Optional[str], accumulate: str,
-                    timeout: float) -> str:
-    """Bounded synthesis over the whole dataset (recurrent shapes, tiny sizes): a model of the shape
-    that answers every input right, proved on every input by the engines, or none (UNSAT), or open."""
-    from . import api
-    from .synthesis import synthesize_recurrent
-    if shape.kind != "rnn":
-        return "open: bounded synthesis over a whole dataset is implemented for recurrent shapes only"
+                    timeout: float, count: Optional[int], fs: fooling.FoolingSet) -> str:
+    """Bounded synthesis at tiny sizes: a model of the shape that answers every input of the task
+    right (proved on every input by the engines), or none (UNSAT), or open.  Recurrent shapes: the
+    recurrent synthesizer (z3).  1-layer shapes: the family of `synthesis` (one-hot embeddings, ReLU
+    heads, a subset of the shape), on the whole dataset when it is small and read at the last
+    position, else on the fooling set's inputs (every Alice part with every Bob part, the answer
+    at the position read).  A model where the count forbids one is an internal error: on the whole
+    dataset when the count is below the set's size, on the fooling set's inputs when it is below
+    the Alice parts used."""
+    from . import api, solvers, synthesis
     fx = FixedPoint(shape.p, f, rounding or "floor", "saturate", accumulate)
+    solver = "bitwuzla" if "bitwuzla" in solvers.installed() else "z3"
     try:
-        s = synthesize_recurrent(task, shape.width, fx, timeout)
+        if shape.kind == "rnn":
+            solver, what, parts = "z3", "the whole dataset", fs.size
+            s = synthesis.synthesize_recurrent(task, shape.width, fx, timeout)
+        elif shape.attention == "softmax":
+            return "open: bounded synthesis searches 1-layer models with ReLU heads only"
+        elif task.total <= synthesis.MAX_DATASET and not getattr(task, "per_position", False):
+            what, parts = "the whole dataset", fs.size
+            s = synthesis.synthesize_dataset(task, shape.heads, shape.width, fx, timeout, solver)
+        else:
+            rows = fs.inputs(np.repeat(np.arange(len(fs.A)), len(fs.B)), np.tile(np.arange(len(fs.B)), len(fs.A)))
+            assert fs.position == rows.shape[1] - 1  # the family reads the last position
+            answers, valid = fooling.answers_at(task, rows, fs.position)
+            parts = len(fs.A)
+            what = f"the fooling set's inputs (every Alice part with every Bob part, the answer at position {fs.position})"
+            s = synthesis.synthesize_inputs(task, rows[valid].tolist(), answers[valid].tolist(), shape.heads,
+                                            shape.width, fx, timeout, solver)
     except InputError as exc:
         return f"open: {exc}"
-    where = f"[{fx.label()}, {s.members} inputs, {s.shape['parameters']} parameters, {s.seconds:.1f} s]"
+    family = "" if shape.kind == "rnn" else " with one-hot embeddings and ReLU heads"
+    where = f"[{fx.label()}, {s.members} inputs, {s.shape['parameters']} parameters, {solver}, {s.seconds:.1f} s]"
     if s.verdict == "impossible":
-        return f"bounded synthesis over the whole dataset: no model of the shape answers every input (UNSAT) {where}"
+        return f"bounded synthesis over {what}: no model of the shape{family} gets every input right (UNSAT) {where}"
     if s.verdict == "unknown":
-        return f"open: z3 did not decide within {timeout:g} s {where}"
-    r = api.run(api.build_problem(task.name, N=task.N, model=s.model, p=fx.p, f=fx.f, rounding=fx.rounding,
-                                  accumulate=accumulate, **_options(task)))
-    return f"bounded synthesis found a model of the shape, {r.verdict} on all {r.total} inputs by {r.engine} {where}"
-
-
-def _options(task) -> dict:
-    from .tasks import task_options
-    return {o.name: getattr(task, o.name) for o in task_options(task.name) if getattr(task, o.name, None) is not None}
+        return f"open: {solver} did not decide within {timeout:g} s {where}"
+    if count is not None and count < parts:
+        raise InternalError(f"the count says no {shape.describe()} computes {task.name} at N = {task.N}, yet bounded "
+                            f"synthesis found one that gets {what} right {where}")
+    if what != "the whole dataset":
+        return f"bounded synthesis found a model of the shape that gets {what} right {where}"
+    if shape.kind == "rnn":
+        r = api.run(api.build_problem(task.name, model=s.model, arith=fx, **synthesis.task_options(task)))
+        s.whole_dataset = f"{r.verdict} on all {r.total:,} inputs by {r.engine}"
+        if r.verdict != "proved":
+            raise InternalError(f"the synthesized model does not solve {task.name}: {s.whole_dataset}")
+    return f"bounded synthesis found a model of the shape that solves the task, {s.whole_dataset} {where}"
 
 
 def smallest_impossible(name: str, shape: Shape, f: Optional[int] = None, rounding: Optional[str] = None,
-                        accumulate: str = "product", limit: int = 1 << 17, **options) -> Optional[int]:
+                        accumulate: str = "product", limit: int = SMALLEST_LIMIT, **options) -> Optional[int]:
     """The smallest N <= limit at which the count falls below the fooling set (None: none up to it).
     The count grows polynomially in N and the set exponentially, so they cross once: found by
-    doubling then bisection, then checked exactly at N and below it."""
+    doubling then bisection, then checked exactly at N and below it.  A user task's greedy set has
+    no closed form: every N up to `limit` in turn, while the set can be built."""
+    if name in USER_TASKS:
+        return _smallest_by_scan(name, shape, f, rounding, accumulate, limit, **options)
+
     def excluded(N: int) -> bool:
         s = fooling.size(name, N, **options) or fooling.size(name, N + 1, **options)
         return s is not None and excludes(shape, s, f, rounding, accumulate)
@@ -274,3 +317,16 @@ def smallest_impossible(name: str, shape: Shape, f: Optional[int] = None, roundi
     while fooling.size(name, hi, **options) is None:  # an N the task has (even, say)
         hi += 1
     return hi
+
+
+def _smallest_by_scan(name: str, shape: Shape, f: Optional[int], rounding: Optional[str], accumulate: str,
+                      limit: int, **options) -> Optional[int]:
+    from .tasks import make_task
+    for N in range(2, limit + 1):
+        try:
+            size = fooling.size_of(fooling.build(make_task(name, N=N, **options)))
+        except InputError:  # no input of that length, or too many parts to build the set
+            continue
+        if excludes(shape, size, f, rounding, accumulate):
+            return N
+    return None

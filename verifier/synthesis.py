@@ -66,18 +66,45 @@ def family_model(task, heads: int, width: int, weights: dict) -> Model:
     W_O[V + n:, :] = np.eye(width)
     W_U = np.pad(weights["U"], ((0, 0), (0, 0)))
     layer = Layer(hs, W_O, attention="relu", residual=True, causal=False)
-    return Model(E=E, P=P, P_mask=np.ones(V, bool), layers=[layer], readout=Readout(W_U, weights["b"], "argmax"),
+    return Model(E=E, P=P, P_mask=np.ones(V, bool), layers=[layer], readout=Readout(W_U, weights["b"], task.readout),
                  vocab=list(task.vocab), info={"construction": "synthesized", "heads": heads, "width": width})
 
 
-def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
-               timeout: Optional[float] = None) -> Synthesis:
-    """Is there a model of the family (see the module) that gets every member of `cert` right?"""
-    t0 = time.monotonic()
+@dataclass
+class Family:
+    """The bounded-synthesis formula of the family (see the module) on some inputs: its assertions
+    and its weight variables (bit-vectors holding codes of the format)."""
+
+    assertions: list
+    variables: dict  # name -> z3 bit-vector
+    d: int  # the input rows (V + n); the heads write into `width` more
+    classes: int
+
+
+def _bits(fx: Fixed, terms: int) -> int:
+    """The bit-vectors' width.  In FX every operand of a product is a code in [lo, hi] (weights,
+    saturated sums, ReLUs of them) and every sum adds at most `terms` codes, so no value exceeds
+    max(lo^2, terms |lo|) in size: that and a sign bit, with one bit of slack for rounding.  (Far
+    narrower than the engines' generic width, which bit-blasting pays for quadratically in every
+    product.)  Another grid rescales products by its step's numerator: the generic width."""
+    if not isinstance(fx, FixedPoint):
+        return fx.smt_width(terms)
+    return max(fx.lo * fx.lo, (terms + 1) * -fx.lo).bit_length() + 2
+
+
+def family_formula(task, members, labels, heads: int, width: int, fx: Fixed, symmetry: bool = False) -> Family:
+    """Every member right, in the arithmetic of docs/arithmetic.md.  `symmetry`: order the
+    interchangeable parts of a model, which changes no answer (every model has a reordering that
+    meets the order, so SAT and UNSAT are those of the unordered formula): within a head, the
+    query-key rows by W_Q's first column (a row of W_Q and the same row of W_K, permuted together,
+    permute the terms of the exact sum q.k); then the heads by that first entry (their outputs are
+    summed exactly before the one rounded mean); then the value rows by head 0's W_V first column,
+    with the readout's columns of the heads' rows (every head's value row c feeds row c of the mean
+    only).  Each later order permutes parts the earlier orders do not read."""
     V, n, C = len(task.vocab), task.max_len, task.num_classes
-    d = V + n  # the input rows; the heads write into `width` more
-    terms = d * heads * 3 * width + 2 * n * width + C * (d + width)
-    S = SymFX(fx, [np.array([0])], width=fx.smt_width(terms))
+    d = V + n
+    terms = max(width, n, d + width, heads) + 1  # the longest sum: the readout's, or the attention's
+    S = SymFX(fx, [np.array([0])], width=_bits(fx, terms))
     variables = {}
 
     def code(name: str) -> Sym:
@@ -90,23 +117,24 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
     U = [[code(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)]
     b = [code(f"b_{y}") for y in range(C)]
 
-    def column(M, token: int, position: int) -> list[Sym]:
-        """M x for the one-hot input of `token` at `position`: a sum of two columns, saturated."""
-        return [S.sat(S.add(row[token], row[V + position])) for row in M]
-
     def dot(xs: list[Sym], ys: list[Sym], bias: Optional[Sym] = None) -> Sym:
         """The linear rule (product accumulation): each product rounded and saturated, one saturation
         of the sum with the bias."""
         terms = [S.sat(S.rescale(S.mul(x, y))) for x, y in zip(xs, ys)]
         return S.sat(S.total(terms + ([bias] if bias is not None else [])))
 
-    one_code = int(fx.quantize(np.array([1.0]))[0][0])  # R(1): the one-hot embeddings' entries
-    solver = z3.SolverFor("QF_BV")
-    if timeout is not None:
-        solver.set("timeout", max(1, int(timeout * 1000)))
-    for var in variables.values():
-        solver.add(var >= S.num(fx.lo), var <= S.num(fx.hi))
-    for tokens, label in zip(cert.members, cert.labels):
+    codes, saturated = fx.quantize(np.array([1.0]))  # R(1): the one-hot embeddings' entries
+    one = S.const(int(codes[0]))
+
+    def column(M, token: int, position: int) -> list[Sym]:
+        """M x for the one-hot input of `token` at `position`: the two columns times R(1) (which is
+        not 1 where 1 does not fit the format: f = p - 1), by the linear rule."""
+        return [dot([row[token], row[V + position]], [one, one]) for row in M]
+
+    out = [z3.And(var >= S.num(fx.lo), var <= S.num(fx.hi)) for var in variables.values()]
+    if saturated[0] and fx.overflow == "error":  # every input uses a saturated embedding entry: it fails
+        out.append(z3.BoolVal(False))
+    for tokens, label in zip(members, labels):
         last = len(tokens) - 1
         outs = []
         for h in range(heads):
@@ -116,33 +144,60 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
             weights = [S.relu(dot(q, k)) for k in keys]
             outs.append([dot(weights, [v[c] for v in values]) for c in range(width)])
         mean = [S.sat(S.round_div(S.total([o[c] for o in outs]), S.const(heads))) for c in range(width)]
-        one = S.const(one_code)  # the one-hot input rows of the last position, then the heads' rows
-        h_last = [one if r in (tokens[last], V + last) else S.const(0) for r in range(d)] + mean
+        # the one-hot input rows of the last position, then the heads' rows: W_O (entries R(1)) times the mean
+        h_last = [one if r in (tokens[last], V + last) else S.const(0) for r in range(d)] + \
+            [dot([one], [m]) for m in mean]
         scores = [dot(U[y], h_last, b[y]) for y in range(C)]
-        for c in range(C):
-            if c != label:
-                solver.add(S.z(S.gt(scores[label], scores[c])))
+        if task.readout == "threshold":  # bit c of the label is 1 iff score c > 0
+            out += [S.z(S.gt(scores[c], S.const(0))) if (int(label) >> c) & 1 else
+                    z3.Not(S.z(S.gt(scores[c], S.const(0)))) for c in range(C)]
+        else:
+            out += [S.z(S.gt(scores[int(label)], scores[c])) for c in range(C) if c != label]
     if S.overflows:  # overflow = error: a member is right only if nothing it computes saturates
-        solver.add(z3.Not(S.z(S.any(S.overflows))))
+        out.append(z3.Not(S.z(S.any(S.overflows))))
+    if symmetry:
+        var = lambda name: variables[name]  # noqa: E731
+        out += [var(f"Q{h}_{r}_0") <= var(f"Q{h}_{r + 1}_0") for h in range(heads) for r in range(width - 1)]
+        out += [var(f"Q{h}_0_0") <= var(f"Q{h + 1}_0_0") for h in range(heads - 1)]
+        out += [var(f"V0_{c}_0") <= var(f"V0_{c + 1}_0") for c in range(width - 1)]
+    return Family(out, variables, d, C)
+
+
+def family_weights(task, heads: int, width: int, fx: Fixed, family: Family, value) -> dict:
+    """The weights of a satisfying assignment, `value(name)` the signed code of a variable."""
+    kind = np.float64 if isinstance(fx, FixedPoint) else object  # another grid's values are exact rationals
+
+    def real(name):
+        v = fx.value(value(name))
+        return float(v) if kind is np.float64 else v  # a binary grid's value is a float64 exactly
+
+    d, C = family.d, family.classes
+    weights = {f"{k}{h}": np.array([[real(f"{k}{h}_{r}_{c}") for c in range(d)] for r in range(width)], dtype=kind)
+               for h in range(heads) for k in ("Q", "K", "V")}
+    weights["U"] = np.array([[real(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)], dtype=kind)
+    weights["b"] = np.array([real(f"b_{y}") for y in range(C)], dtype=kind)
+    return weights
+
+
+def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
+               timeout: Optional[float] = None) -> Synthesis:
+    """Is there a model of the family (see the module) that gets every member of `cert` right?"""
+    t0 = time.monotonic()
+    family = family_formula(task, cert.members, cert.labels, heads, width, fx)
+    solver = z3.SolverFor("QF_BV")
+    if timeout is not None:
+        solver.set("timeout", max(1, int(timeout * 1000)))
+    solver.add(*family.assertions)
     answer = solver.check()
-    shape = {"heads": heads, "width": width, "attention": "relu", "parameters": len(variables)}
+    shape = {"heads": heads, "width": width, "attention": "relu", "parameters": len(family.variables)}
     verdict = "impossible" if answer == z3.unsat else "escapes" if answer == z3.sat else "unknown"
     out = Synthesis(verdict, shape, fx.describe(),
                     time.monotonic() - t0, len(cert.members), stats={"reason": solver.reason_unknown()
                                                                      if answer == z3.unknown else ""})
     if answer == z3.sat:
         m = solver.model()
-
-        kind = np.float64 if isinstance(fx, FixedPoint) else object  # another grid's values are exact rationals
-
-        def value(name):
-            v = fx.value(m.eval(variables[name], model_completion=True).as_signed_long())
-            return float(v) if kind is np.float64 else v  # a binary grid's value is a float64 exactly
-
-        weights = {key: np.array([[value(f"{key}_{r}_{c}") for c in range(d)] for r in range(width)], dtype=kind)
-                   for key in W}
-        weights["U"] = np.array([[value(f"U_{y}_{r}") for r in range(d + width)] for y in range(C)], dtype=kind)
-        weights["b"] = np.array([value(f"b_{y}") for y in range(C)], dtype=kind)
+        weights = family_weights(task, heads, width, fx, family,
+                                 lambda name: m.eval(family.variables[name], model_completion=True).as_signed_long())
         out.model = family_model(task, heads, width, weights)
         ev = make_evaluator(out.model, fx)
         members = np.array(cert.members)
@@ -150,6 +205,67 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
         if ev.judge(res, np.array(cert.labels)).failed.any():
             raise InternalError("the synthesized model does not get the certificate's members right on the evaluator")
     return out
+
+
+MAX_DATASET = 4096  # inputs of a synthesis over a whole dataset, or over a fooling set's inputs
+
+
+def synthesize_inputs(task, members: list, labels: list, heads: int, width: int, fx: Fixed,
+                      timeout: Optional[float] = None, solver: str = "z3", symmetry: bool = True) -> Synthesis:
+    """Is there a model of the family (see the module) that answers every one of `members` (token
+    lists, read at the last position) with its label?  The formula with the symmetry order
+    (`family_formula`; `symmetry=False` without it), decided by `solver` (z3, bitwuzla, cvc5 or portfolio: `solvers.solve` on its
+    SMT-LIB text).  SAT: the model, every member replayed on the evaluator (a wrong one is an
+    internal error).  UNSAT: no model of the family gets them all right at this precision."""
+    from . import solvers
+    solvers.check_choice(solver)
+    if len(members) > MAX_DATASET:
+        raise InputError(f"bounded synthesis takes at most {MAX_DATASET:,} inputs; {task.name} gives {len(members):,}")
+    t0 = time.monotonic()
+    family = family_formula(task, members, labels, heads, width, fx, symmetry)
+    bits = next(iter(family.variables.values())).size()
+    answer, values, who = solvers.solve(solver, solvers.smtlib(family.assertions, "QF_BV"), list(family.variables),
+                                        timeout)
+    verdict = {"unsat": "impossible", "sat": "escapes"}.get(answer, "unknown")
+    out = Synthesis(verdict, {"heads": heads, "width": width, "attention": "relu",
+                              "parameters": len(family.variables)}, fx.describe(), time.monotonic() - t0,
+                    len(members), stats={"solver": who, "reason": "" if verdict != "unknown" else answer})
+    if answer == "sat":
+        signed = lambda name: (values.get(name, 0) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))  # noqa: E731
+        out.model = family_model(task, heads, width, family_weights(task, heads, width, fx, family, signed))
+        ev = make_evaluator(out.model, fx)
+        if ev.judge(ev.forward(np.array(members)), np.array(labels)).failed.any():
+            raise InternalError(f"the synthesized model does not answer the {len(members)} inputs right on the "
+                                f"evaluator")
+    return out
+
+
+def synthesize_dataset(task, heads: int, width: int, fx: Fixed, timeout: Optional[float] = None,
+                       solver: str = "z3") -> Synthesis:
+    """`synthesize_inputs` on **every** input of the task (one answer each, argmax): SAT gives a
+    model that solves the whole dataset, then proved on every input by the engines (`api.run`)."""
+    from . import api
+    if getattr(task, "per_position", False) or task.total > MAX_DATASET:
+        raise InputError(f"bounded synthesis over the whole dataset takes at most {MAX_DATASET:,} inputs with one "
+                         f"answer each; {task.name} has {task.total:,}")
+    rows = [(b.tokens, b.expected) for b in task.batches(0, task.total, 4096)]
+    members = [list(map(int, t)) for tokens, _ in rows for t in tokens]
+    labels = [int(y) for _, expected in rows for y in expected]
+    out = synthesize_inputs(task, members, labels, heads, width, fx, timeout, solver)
+    if out.model is not None:
+        r = api.run(api.build_problem(task.name, model=out.model, arith=fx, **task_options(task)), "exhaustive")
+        if r.verdict != "proved":
+            raise InternalError(f"the synthesized model does not answer every input of {task.name} right: "
+                                f"{r.verdict} by {r.engine}")
+        out.whole_dataset = f"proved on all {r.total:,} inputs by {r.engine}"
+    return out
+
+
+def task_options(task) -> dict:
+    """The options that rebuild the task (N and the task's own)."""
+    from .tasks import task_options as options
+    return {"N": task.N} | {o.name: getattr(task, o.name) for o in options(task.name)
+                            if getattr(task, o.name, None) is not None}
 
 
 def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[float] = None,
