@@ -19,6 +19,9 @@ certificate.  z3 decides it for a family of models:
 UNSAT: no model of the family gets every member right -- the theorem holds at that precision and
 shape, by machine proof.  SAT: a model that escapes the argument on the certificate; it is decoded,
 evaluated on the members (which must all be right) and then verified on the whole dataset.
+
+The deadline covers building the formula (polled member by member) and the solve (z3's timeout
+is the time left); past it the verdict is unknown.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import z3
 
 from .arithmetic import Fixed, FixedPoint
+from .budget import Deadline, TimedOut
 from .certificates import Certificate
 from .encoding import Sym
 from .errors import InputError, InternalError
@@ -71,9 +75,11 @@ def family_model(task, heads: int, width: int, weights: dict) -> Model:
 
 
 def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
-               timeout: Optional[float] = None) -> Synthesis:
-    """Is there a model of the family (see the module) that gets every member of `cert` right?"""
+               timeout: Optional[float] = None, deadline: Optional[Deadline] = None) -> Synthesis:
+    """Is there a model of the family (see the module) that gets every member of `cert` right?
+    `deadline` (or `timeout` seconds from now) bounds it all."""
     t0 = time.monotonic()
+    deadline = deadline if deadline is not None else Deadline(timeout)
     V, n, C = len(task.vocab), task.max_len, task.num_classes
     d = V + n  # the input rows; the heads write into `width` more
     terms = d * heads * 3 * width + 2 * n * width + C * (d + width)
@@ -102,11 +108,12 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
 
     one_code = int(fx.quantize(np.array([1.0]))[0][0])  # R(1): the one-hot embeddings' entries
     solver = z3.SolverFor("QF_BV")
-    if timeout is not None:
-        solver.set("timeout", max(1, int(timeout * 1000)))
     for var in variables.values():
         solver.add(var >= S.num(fx.lo), var <= S.num(fx.hi))
+    shape = {"heads": heads, "width": width, "attention": "relu", "parameters": len(variables)}
     for tokens, label in zip(cert.members, cert.labels):
+        if deadline.expired():
+            return _timed_out(shape, fx, t0, len(cert.members))
         last = len(tokens) - 1
         outs = []
         for h in range(heads):
@@ -124,8 +131,9 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
                 solver.add(S.z(S.gt(scores[label], scores[c])))
     if S.overflows:  # overflow = error: a member is right only if nothing it computes saturates
         solver.add(z3.Not(S.z(S.any(S.overflows))))
-    answer = solver.check()
-    shape = {"heads": heads, "width": width, "attention": "relu", "parameters": len(variables)}
+    answer = _check(solver, deadline)
+    if answer is None:
+        return _timed_out(shape, fx, t0, len(cert.members))
     verdict = "impossible" if answer == z3.unsat else "escapes" if answer == z3.sat else "unknown"
     out = Synthesis(verdict, shape, fx.describe(),
                     time.monotonic() - t0, len(cert.members), stats={"reason": solver.reason_unknown()
@@ -152,8 +160,26 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
     return out
 
 
+def _check(solver, deadline: Deadline):
+    """The solver's answer within the time left (None: none is left); a solve cancelled at the
+    deadline (`budget`) answers unknown, and the TimedOut that follows is the timeout it was."""
+    left = deadline.left()
+    if left is not None:
+        if left <= 0:
+            return None
+        solver.set("timeout", max(1, int(left * 1000)))
+    try:
+        return solver.check()
+    except TimedOut:
+        return None
+
+
+def _timed_out(shape: dict, fx: Fixed, t0: float, members: int) -> Synthesis:
+    return Synthesis("unknown", shape, fx.describe(), time.monotonic() - t0, members, stats={"reason": "timeout"})
+
+
 def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[float] = None,
-                         max_inputs: int = 256) -> Synthesis:
+                         max_inputs: int = 256, deadline: Optional[Deadline] = None) -> Synthesis:
     """Is there a recurrent model with `width` hidden units, every weight (U, W, b, h0, W_U, b_U) a
     p-bit code, that answers every input of the task (the whole dataset, at most `max_inputs`) right
     in FX (docs/arithmetic.md, "Recurrent models": a = sat(R(W h) + b), h = ReLU(sat(a + U[x]))),
@@ -161,6 +187,7 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
     model, decoded and checked on the evaluator."""
     from .model import Recurrent
     t0 = time.monotonic()
+    deadline = deadline if deadline is not None else Deadline(timeout)
     data = [(b.tokens, b.expected) for b in task.batches(0, task.total, 4096)]
     total = sum(len(t) for t, _ in data)
     if total > max_inputs or task.per_position:
@@ -186,13 +213,14 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
                 for row, bb in zip(rows, bias)]
 
     solver = z3.SolverFor("QF_BV")
-    if timeout is not None:
-        solver.set("timeout", max(1, int(timeout * 1000)))
     for var in variables.values():
         solver.add(var >= S.num(fx.lo), var <= S.num(fx.hi))
     cache: dict = {(): h0}  # states by prefix: inputs share their prefixes
+    shape = {"hidden": m, "parameters": len(variables)}
     for tokens, expected in data:
         for row, label in zip(tokens, expected):
+            if deadline.expired():
+                return _timed_out(shape, fx, t0, total)
             for t in range(1, len(row) + 1):
                 key = tuple(int(x) for x in row[:t])
                 if key not in cache:
@@ -209,9 +237,11 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
                         solver.add(S.z(S.gt(y[int(label)], y[c])))
     if S.overflows:
         solver.add(z3.Not(S.z(S.any(S.overflows))))
-    answer = solver.check()
+    answer = _check(solver, deadline)
+    if answer is None:
+        return _timed_out(shape, fx, t0, total)
     verdict = "impossible" if answer == z3.unsat else "escapes" if answer == z3.sat else "unknown"
-    out = Synthesis(verdict, {"hidden": m, "parameters": len(variables)}, fx.describe(), time.monotonic() - t0, total,
+    out = Synthesis(verdict, shape, fx.describe(), time.monotonic() - t0, total,
                     stats={"reason": solver.reason_unknown() if answer == z3.unknown else ""})
     if answer == z3.sat:
         mdl = solver.model()
