@@ -6,7 +6,7 @@ For each problem of a varied set (one and two layers, softmax and ReLU, recurren
 wide maps, up to 14 positions) it times the batched evaluator, one process, over four windows
 spread over the enumeration (forward pass and judgement, as enumeration runs them), and prints
 the seconds per input measured, the model's prediction with the constants in the code, and their
-ratio.  Then it fits the four constants (PER_INPUT, PER_TOKEN, PER_READ, PER_PRODUCT) by non-negative least
+ratio.  Then it fits the two constants (PER_POSITION, PER_ELEMENT) by non-negative least
 squares on the relative error and prints them with the ratios they give: to calibrate again, copy
 them into verifier/engines/cost.py.  One run, on this machine; the ratios are what to read.
 """
@@ -33,6 +33,8 @@ PROBLEMS = [  # (label, task, N, options, model: None for the construction, or (
     ("dyck22 N=12 (recurrent)", "dyck22", 12, {}, None),
     ("induction_heads N=6 (2 layers)", "induction_heads", 6, {}, None),
     ("nearest_neighbour N=4 (2 layers)", "nearest_neighbour", 4, {}, None),
+    ("mqar N=8 (2 layers, FFN)", "mqar", 8, {}, None),
+    ("equality N=16", "equality", 16, {}, None),
     ("memorization N=8", "memorization", 8, {}, None),
     ("icqa k=4 nq=na=8, random 2 ReLU heads", "icqa", 4, {"nq": 8, "na": 8}, (2, 8, "relu")),
     ("icqa k=3, random 1 softmax head", "icqa", 3, {}, (1, 8, "softmax")),
@@ -41,7 +43,7 @@ PROBLEMS = [  # (label, task, N, options, model: None for the construction, or (
 
 
 def measured(problem, window: int) -> float:
-    """Seconds per input of the batched evaluator, one process, over four windows."""
+    """Seconds per member of the enumeration (drawn, filtered, evaluated), one process, over four windows."""
     task = problem.task
     ev = make_evaluator(problem.model, problem.arith)
     size = min(task.total, window)
@@ -54,17 +56,19 @@ def measured(problem, window: int) -> float:
 
 
 def features(problem) -> np.ndarray:
-    L = problem.task.max_len
-    return np.array([1.0, L, *cost.work_per_input(problem.model, L)[::-1]])
+    """Per member: its positions, and the elements of an input's forward pass times the share of
+    members that are inputs."""
+    L, task = problem.task.max_len, problem.task
+    return np.array([L, cost.input_share(task, 0, task.total) * cost.work_per_input(problem.model, L)])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--window", type=int, default=16384, help="Inputs per timed window.")
     args = ap.parse_args()
-    constants = np.array([cost.PER_INPUT, cost.PER_TOKEN, cost.PER_READ, cost.PER_PRODUCT])
+    constants = np.array([cost.PER_POSITION, cost.PER_ELEMENT])
     rows, times = [], []
-    print(f"{'problem':<42} {'inputs':>14} {'reads':>8} {'products':>10} {'measured s/input':>17} {'model':>10} "
+    print(f"{'problem':<42} {'members':>14} {'elements':>10} {'measured s/member':>17} {'model':>10} "
           f"{'model/meas':>10}")
     for label, name, N, options, shape in PROBLEMS:
         model = None
@@ -74,12 +78,11 @@ def main() -> None:
         x, t = features(problem), measured(problem, args.window)
         rows.append(x)
         times.append(t)
-        print(f"{label:<42} {problem.task.total:>14,} {x[2]:>8,.0f} {x[3]:>10,.0f} {t:>17.3g} {x @ constants:>10.3g} "
+        print(f"{label:<42} {problem.task.total:>14,} {x[1]:>10,.0f} {t:>17.3g} {x @ constants:>10.3g} "
               f"{x @ constants / t:>10.2f}")
     A, t = np.array(rows), np.array(times)
     fitted = _nnls(A / t[:, None], np.ones(len(t)))
-    print("fitted (relative least squares, non-negative): PER_INPUT = {:.2g}, PER_TOKEN = {:.2g}, PER_READ = {:.2g}, "
-          "PER_PRODUCT = {:.2g}".format(*fitted))
+    print("fitted (relative least squares, non-negative): PER_POSITION = {:.2g}, PER_ELEMENT = {:.2g}".format(*fitted))
     ratios = A @ fitted / t
     print("with them, model/measured: " + ", ".join(f"{r:.2f}" for r in ratios)
           + f"; with the code's constants {(A @ constants / t).min():.2f} .. {(A @ constants / t).max():.2f}")

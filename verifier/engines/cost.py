@@ -2,19 +2,22 @@
 the machine's load (a timing of the evaluator did: the same run chose enumeration once and the
 bounds engine, 19 minutes, another time).
 
-The evaluator's work per input is counted as the products and gathers its forward pass makes
+The evaluator's work per input is counted as the elements its forward pass computes or gathers
 (`work_per_input`, the same sizes `Evaluator.forward` loops over: the layer-0 tables of the first
 layer, the non-zero columns each linear map reads, the positions each layer's queries read), and
 seconds are
 
-    inputs x (PER_INPUT + PER_TOKEN x L + PER_READ x reads(L) + PER_PRODUCT x products(L)) / workers
+    members x (PER_POSITION x L + share x PER_ELEMENT x elements(L)) / workers
 
-at the longest length L (most inputs have it), over the processes enumeration uses.  The four
-constants were fitted (least squares on the relative error, non-negative) to the CPU time of the
-evaluator on the twelve problems of benchmarks/bench_cost_model.py, on this machine (2 cores,
-numpy 2, one process; 2026-11): the model was within 0.45 .. 1.5 of the time measured on all but
-one, a memorization task whose 6,561-class readout is memory-bound (0.12).  The benchmark prints
-the measured and modelled times and fits the constants again.
+at the longest length L (most inputs have it), where `share` is the part of the enumeration's
+members that are inputs (a task may filter a product space; counted on a few windows of members,
+`input_share`), over the processes enumeration uses.  The two constants were fitted (least squares
+on the relative error) to the CPU time of enumeration on the fourteen problems of
+benchmarks/bench_cost_model.py, on this machine (2 cores, numpy 2, one process, other jobs running;
+2026-11), and set at 1.5 times the fit, a margin toward enumerating less: the model was then within
+0.3 .. 2.1 of the time measured, below it on a filtered space (MQAR, 0.5) and where the arrays
+outgrow the caches (equality at N = 16, a 6,561-class memorization readout: 0.3).  The
+benchmark prints the measured and modelled times and fits the constants again.
 """
 
 from __future__ import annotations
@@ -29,11 +32,10 @@ from ..model import Model, Recurrent
 from .base import Problem, RunOptions
 from .exhaustive import LIMIT, PARALLEL_ABOVE
 
-PER_INPUT = 1.1e-6  # seconds: drawing an input and its answer, judging it
-PER_TOKEN = 2.7e-8  # seconds per position: the input's tokens and their table rows
-PER_READ = 3.1e-9  # seconds per entry read from the layer-0 tables
-PER_PRODUCT = 5.9e-9  # seconds per product of a linear map (rounded and saturated: several numpy passes)
+PER_POSITION = 1.5e-7  # seconds per position of a member of the enumeration: drawing, filtering, judging it
+PER_ELEMENT = 1.3e-8  # seconds per element of the forward pass (`work_per_input`) of an input
 SOFTMAX_PASSES = 6  # a softmax weight costs about as many products (max, exp table, sum, quotient, rounding)
+SAMPLE_WINDOWS, SAMPLE_MEMBERS = 4, 4096  # members drawn to count the share of inputs (`input_share`)
 
 
 def products(W: np.ndarray) -> int:
@@ -45,14 +47,14 @@ def products(W: np.ndarray) -> int:
     return int(nz.any(axis=1).sum()) * (width if width * 2 <= cols else cols)
 
 
-def work_per_input(model: Model | Recurrent, L: int) -> tuple[float, float]:
-    """(products, reads) of the forward pass of one input of length L (`Evaluator.forward`): the
+def work_per_input(model: Model | Recurrent, L: int) -> float:
+    """The elements of the forward pass of one input of length L (`Evaluator.forward`): the
     products of its linear maps, logits and mixes and the entries of its residual sums (each
     rounded or saturated), and the entries it reads from the layer-0 tables."""
     every = model.readout.positions == "all"
     readout = (L if every else 1) * products(model.readout.W_U)
     if isinstance(model, Recurrent):
-        return L * products(model.W) + readout, L * model.d
+        return L * (products(model.W) + model.d) + readout
     made, read = 0.0, 0.0
     rows = len(model.vocab) * model.max_len  # the layer-0 tables' (position, token) rows
     for li, layer in enumerate(model.layers):
@@ -74,16 +76,30 @@ def work_per_input(model: Model | Recurrent, L: int) -> tuple[float, float]:
         made += Lq * (products(layer.W_O) + model.d * (1 + layer.has_ffn))  # and the residual sums, saturated
         if layer.has_ffn:
             made += Lq * (products(layer.W1) + products(layer.W2))
-    return made + readout, read
+    return made + read + readout
+
+
+def input_share(task, start: int, stop: int) -> float:
+    """The share of the enumeration's members in start..stop that are inputs (a task may filter its
+    product space: MQAR keeps a few percent), counted over SAMPLE_WINDOWS windows of SAMPLE_MEMBERS
+    spread over the range: the members are drawn, not evaluated, so nothing is timed."""
+    size = min(stop - start, SAMPLE_MEMBERS)
+    if size <= 0:
+        return 1.0
+    starts = sorted({start + min(stop - start - size, (stop - start) * k // SAMPLE_WINDOWS)
+                     for k in range(SAMPLE_WINDOWS)})
+    inputs = sum(len(b.tokens) for a in starts for b in task.batches(a, a + size, size))
+    return inputs / (size * len(starts))
 
 
 def enumeration_seconds(problem: Problem, opts: RunOptions) -> float:
     """Enumeration's cost for the run's range, estimated from the sizes (module docstring)."""
-    size = opts.size(problem.task.total)
+    task = problem.task
+    stop = task.total if opts.stop is None else opts.stop
+    size = stop - opts.start
     if size > LIMIT:  # out of reach at any speed
         return math.inf
-    L = problem.task.max_len
-    made, read = work_per_input(problem.model, L)
-    per_input = PER_INPUT + PER_TOKEN * L + PER_READ * read + PER_PRODUCT * made
+    L = task.max_len
+    per_member = PER_POSITION * L + input_share(task, opts.start, stop) * PER_ELEMENT * work_per_input(problem.model, L)
     workers = opts.workers or (min(2, os.cpu_count() or 1) if size > PARALLEL_ABOVE else 1)
-    return size * per_input / workers
+    return size * per_member / workers
