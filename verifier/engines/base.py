@@ -32,7 +32,8 @@ class Problem:
 
     def generic(self):
         """The evaluator on the generic path (no tables), quantized once for the problem: the
-        replays, the traces and the bounds engine share it (quantizing exact weights is slow)."""
+        replays and the traces share it (quantizing exact weights is slow).  Its plans are cached
+        by array id: give it only the model's own arrays."""
         if self._generic is None:
             self._generic = make_evaluator(self.model, self.arith, tables=False)
         return self._generic

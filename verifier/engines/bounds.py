@@ -340,7 +340,8 @@ class _Run:
     def __init__(self, problem: Problem, opts: RunOptions, stats: _Stats):
         self.task, self.opts, self.stats = problem.task, opts, stats
         opts.deadline.check()
-        self.m = _Model.build(problem.generic(), opts.deadline)
+        # an evaluator of its own: its plans are cached by the id of arrays this run makes (`_lin`)
+        self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False), opts.deadline)
         self.fx: Fixed = problem.arith
         self.q = self.m.ev.q
         self.footprint = _Footprint.of(self.q)
