@@ -20,7 +20,7 @@ import click
 import verifier
 from verifier import exact, interrupts, plots, report, separation, shapes
 from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, FixedPoint, make_format, parse_format
-from verifier.budget import Deadline
+from verifier.budget import Deadline, TimedOut
 from verifier.cache import Cache, default_path as default_cache_path
 from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
 from verifier.cluster import Cluster
@@ -279,8 +279,9 @@ def _task_command(task_name: str, name: str) -> None:
     def command(N, fmt, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout, max_counterexamples,
                 start, stop, workers, scheduler, as_json, dump, trace, **options):
         deadline = Deadline(timeout)
-        problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
-                                         accumulate=accumulate, **options)
+        with deadline.enforced():
+            problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding,
+                                             overflow=overflow, accumulate=accumulate, **options)
         return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
                       trace, solver, smtlib)
 
@@ -302,9 +303,10 @@ def run_cmd(model_path, task_name, N, fmt, p, f, rounding, overflow, accumulate,
     """Verify a model from a file (docs/model-format.md) on a task."""
     deadline = Deadline(timeout)
     parse_format(fmt)  # a bad --format fails before the model file is read
-    model = verifier.load_model(model_path)
-    problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
-                                     accumulate=accumulate, model=model, **options)
+    with deadline.enforced():
+        model = verifier.load_model(model_path)
+        problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
+                                         accumulate=accumulate, model=model, **options)
     return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
                   trace, solver, smtlib)
 
@@ -566,7 +568,8 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     if _one_value(p_range):
         if int_bits is not None or output or plot_path or as_csv or not _one_value(f_range):
             raise InputError("--int-bits, -o, --csv, --plot and a range of --f are for a range of p")
-        problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], model=compiled.model, **arith)
+        with deadline.enforced():
+            problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], model=compiled.model, **arith)
         return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json,
                       dump, trace, solver, smtlib)
     if (max_counterexamples, start, stop, workers, dump, trace, solver, smtlib) != \
@@ -804,15 +807,19 @@ def check_certificate_cmd(path):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the examples searched around.")
 @click.option("--certificates", "budget", type=click.IntRange(min=0), default=50, show_default=True,
               help="Certificates to try before the next method.")
-@click.option("--timeout", type=SECONDS, default=None, help="Seconds for the whole run.")
+@click.option("--timeout", type=SECONDS, default=None, help="Seconds for the whole run (building included).")
 @click.option("--max-counterexamples", type=int, default=1, show_default=True)
+@click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True,
+              help="The search's engine (--method search, or auto after the other methods).")
+@click.option("--start", type=int, default=0, help="The search's range: first input (enumeration order).")
+@click.option("--stop", type=int, default=None, help="The search's range: end (exclusive; default: all).")
 @click.option("--random-models", "random_models", type=int, default=None,
               help="Instead of --model: refute this many random models of --shape, and report per method.")
 @click.option("--shape", default="1,2,relu", show_default=True, help="HEADS,WIDTH,ATTENTION of --random-models.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--dump", type=click.Path(file_okay=False), default=None, help="Write each counterexample to DIR.")
 def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_path, method, seed, budget, timeout,
-               max_counterexamples, random_models, shape, as_json, dump, **options):
+               max_counterexamples, engine, start, stop, random_models, shape, as_json, dump, **options):
     """Find inputs a model must get wrong, and the argument that forced them (exit 1 when found)."""
     arith = dict(arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
     make_format(fmt, N=N, **{k: v for k, v in arith.items() if k != "arith"})  # a bad format fails before any work
@@ -820,6 +827,8 @@ def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_pa
     if random_models is not None:
         if model_path:
             raise InputError("give --model or --random-models, not both")
+        if (engine, start, stop) != ("auto", 0, None):
+            raise InputError("--engine, --start and --stop are for one model's search (--model)")
         try:
             heads, width, attention = shape.split(",")
             heads, width = int(heads), int(width)
@@ -836,9 +845,10 @@ def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_pa
     deadline = Deadline(timeout)
     if dump:
         prepare_dump_dir(dump)
-    problem = verifier.build_problem(task_name, N=N, model=verifier.load_model(model_path), **arith, **task_opts)
+    with deadline.enforced():
+        problem = verifier.build_problem(task_name, N=N, model=verifier.load_model(model_path), **arith, **task_opts)
     result = refute(problem, method, seed=seed, max_counterexamples=max_counterexamples,
-                    certificates_budget=budget, deadline=deadline)
+                    certificates_budget=budget, deadline=deadline, engine=engine, start=start, stop=stop)
     dumps = write_dumps(result, dump, {"argument": result.argument, "certificate": result.certificate}) \
         if dump and result.counterexamples else []
     if as_json:
@@ -877,15 +887,17 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
     estimated from uniform draws with a Clopper-Pearson interval, a sample of the failures replayed
     (docs/count.md).  Exit 1 when an error was found, 0 when an exact count found none, 3 otherwise."""
     deadline = Deadline(timeout)
-    model = verifier.load_model(model_path) if model_path else None
-    construction = dict(variant=variant, eta=eta, seed=seed) if model is None else {}
-    if model is not None and (variant, eta) != (None, None):
-        raise InputError("--variant and --eta set a built-in construction's parameters; they do not apply to --model")
-    problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
-                                     accumulate=accumulate, model=model, **construction,
-                                     **{key: v for key, v in options.items() if v is not None})
-    result = count_errors(problem, method, samples=samples, seed=sample_seed, confidence=confidence, replays=replays,
-                          workers=workers, deadline=deadline)
+    with deadline.enforced():
+        model = verifier.load_model(model_path) if model_path else None
+        construction = dict(variant=variant, eta=eta, seed=seed) if model is None else {}
+        if model is not None and (variant, eta) != (None, None):
+            raise InputError("--variant and --eta set a built-in construction's parameters; they do not apply to "
+                             "--model")
+        problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
+                                         accumulate=accumulate, model=model, **construction,
+                                         **{key: v for key, v in options.items() if v is not None})
+        result = count_errors(problem, method, samples=samples, seed=sample_seed, confidence=confidence,
+                              replays=replays, workers=workers, deadline=deadline)
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.summary())
     return result.exit_code
 
@@ -911,7 +923,8 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
 @click.option("--certificate", "cert_path", type=click.Path(dir_okay=False), default=None,
               help="The certificate (default: the first one the search finds).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--timeout", type=SECONDS, default=None, help="Seconds for z3.")
+@click.option("--timeout", type=SECONDS, default=None,
+              help="Seconds for the whole command (the certificate, the formula and z3; with --shape, the count).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (--shape).")
 def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, rounding, overflow, accumulate, heads,
                    width, cert_path, seed, timeout, as_json, **options):
@@ -920,13 +933,15 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
     --shape: counted for every model of the shape (exit 0 IMPOSSIBLE, 3 when the count does not
     exclude it).  Otherwise: does any 1-layer ReLU model of --heads and --width, weights p-bit codes,
     get a certificate right (exit 0 when none does, 1 when one escapes, 3 unknown)."""
+    deadline = Deadline(timeout)
     task_opts = {k: v for k, v in options.items() if v is not None}
     if shape_text is not None:
         if (fmt, p, cert_path, heads, width, overflow) != (None, None, None, 1, 1, "saturate"):
             raise InputError("--shape gives the bits and widths (binary fixed point); --format, --p, --heads, --width, "
                              "--certificate and --overflow are for a certificate's synthesis")
-        v = shapes.impossible(task_name, N, shapes.parse_shape(shape_text), f, rounding, accumulate,
-                              synthesis_timeout=synthesis_timeout, **task_opts)
+        with deadline.enforced():
+            v = shapes.impossible(task_name, N, shapes.parse_shape(shape_text), f, rounding, accumulate,
+                                  synthesis_timeout=synthesis_timeout, **task_opts)
         click.echo(json.dumps(v.to_json(), indent=2) if as_json else "\n".join(v.lines()))
         return v.exit_code
     if p is None and fmt in (None, "fx"):
@@ -938,16 +953,17 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
     fx = make_format(fmt, N=task.N, p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
     if heads < 1 or width < 1:
         raise InputError(f"--heads and --width must be >= 1, got {heads} and {width}")
-    if cert_path:
-        problems = check_certificate(cert_path)
-        if problems:
-            raise InputError(f"certificate {cert_path} is not valid: {problems[0]}")
-        cert = Certificate.from_json(json.loads(Path(cert_path).read_text()))
-    else:
-        cert = find_certificate(task, seed)
-        if cert is None:
-            raise InputError(f"no certificate found for {task.name}: nothing to decide")
-    s = synthesize(task, cert, heads, width, fx, timeout)
+    with deadline.enforced():
+        if cert_path:
+            problems = check_certificate(cert_path)
+            if problems:
+                raise InputError(f"certificate {cert_path} is not valid: {problems[0]}")
+            cert = Certificate.from_json(json.loads(Path(cert_path).read_text()))
+        else:
+            cert = find_certificate(task, seed)
+            if cert is None:
+                raise InputError(f"no certificate found for {task.name}: nothing to decide")
+        s = synthesize(task, cert, heads, width, fx, deadline=deadline)
     click.echo("\n".join(cert.lines()))
     binary = parse_format(fmt)[0] == "fx"
     weights = f"{fx.p}-bit weights" if binary else "weights on the grid"
@@ -958,7 +974,8 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
             "unknown": f"UNKNOWN: z3 did not decide ({s.stats.get('reason') or 'no reason'})"}[s.verdict]
     click.echo(f"{what}  [{fx.label()}; {s.shape['parameters']} parameters; {s.seconds:.1f} s]")
     if s.model is not None:
-        whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, arith=fx, **task_opts))
+        whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, arith=fx, **task_opts),
+                             deadline=deadline)
         c = whole.counterexamples[0] if whole.counterexamples else None
         click.echo(f"  on the whole dataset it is {whole.verdict}" +
                    (f": {c.input} -> {c.claim}" if c else ""))
@@ -1039,6 +1056,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo(f"verify: interrupted ({interrupts.cause()}) before a verdict: unknown", err=True)
+        return 3
+    except TimedOut as exc:  # while the problem was built, before any input was covered
+        click.echo(f"verify: timeout after {exc.seconds:g} s before a verdict: unknown", err=True)
         return 3
     except MemoryError:
         click.echo("verify: error: out of memory (a size the estimates let through); use a smaller size", err=True)

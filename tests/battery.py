@@ -267,7 +267,7 @@ def decide_all(problem: Problem, int_seconds: float = 1.0, through_api: bool = T
         if enc.fail.expr is None:
             found = Smt._from_table(enc, 1)
         else:
-            found, status = Smt._solve(enc, 1, SOLVE_SECONDS, {})
+            found, status = Smt._solve(enc, 1, Deadline(SOLVE_SECONDS), {})
             if status == "timeout":
                 bv_status = "unknown"
                 continue

@@ -21,9 +21,9 @@ from . import interrupts, solvers
 from .arithmetic import Fixed, make_format
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
-from .engines import Found, Problem, RunOptions, Tick, choose
+from .engines import EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from .errors import InputError, InternalError
-from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
+from .evaluator import Evaluator, Outputs, RecurrentEvaluator, read_from, reference, trace
 from .model import Model, Recurrent, weights_sha256
 from .result import Counterexample, Result
 from .sample_check import sample_check
@@ -181,20 +181,25 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     if smtlib is not None:
         Path(smtlib).mkdir(parents=True, exist_ok=True)
     opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster, solver, smtlib)
-    chosen, why = choose(engine, problem, opts)
-    t0 = time.monotonic()
-    er = chosen.run(problem, opts)
     whole = (start, stop) == (0, total)
-    status, cexs, audit = er.status, [], None
-    quantized = make_evaluator(problem.model, problem.arith, tables=False)
+    options = plan(engine, problem, opts)
+    (chosen, why), er, quantized, cexs, audit = options[0], None, None, [], None
+    t0 = time.monotonic()
     try:
-        cexs = [replay(problem, found, quantized) for found in er.found]
-        if not cexs and status == "complete" and whole and chosen.symbolic:
-            audit = sample_check(problem, deadline)
+        with deadline.enforced():  # past it, TimedOut reaches a step that does not poll (`budget`)
+            quantized = problem.generic()  # before the engine: nothing slow is left once it stops
+            chosen, why, er = decide(options, problem, opts)
+            status = er.status
+            cexs = [replay(problem, found, quantized) for found in er.found]
+            if not cexs and status == "complete" and whole and chosen.symbolic:
+                audit = sample_check(problem, deadline)
     except TimedOut:
-        status = "timeout"
+        status, cexs, audit = "timeout", [], None
     except KeyboardInterrupt:
-        status, cexs = "interrupted", []
+        if er is None:
+            raise
+        status, cexs, audit = "interrupted", [], None
+    er = er or EngineResult("timeout", 0, [])  # the deadline passed while the model was quantized
     seconds = time.monotonic() - t0
     if status == "complete" and not whole and not cexs:
         status = "partial"
@@ -210,8 +215,8 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     if audit is not None:
         stats["sample_check"] = audit.to_json()
     construction, params, provenance = describe_problem(problem)
-    arithmetic = {**problem.arith.describe(), "quantization_error": quantized.quant_error,
-                  "saturated_parameters": quantized.saturated_params}
+    arithmetic = {**problem.arith.describe(), "quantization_error": quantized and quantized.quant_error,
+                  "saturated_parameters": quantized and quantized.saturated_params}
     tightest = None
     if er.tightest is not None:
         tightest = {"index": er.tightest, "input": problem.task.render(problem.task.decode(er.tightest))}
@@ -277,7 +282,7 @@ def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexampl
           workers: Optional[int] = None, progress=None, solver: str = "z3", smtlib: Optional[str] = None,
           **problem) -> Result:
     """Build the problem (see `build_problem`) and decide it: ``prove("idxl", N=16, p=12)``.
-    The timeout covers the building too."""
+    The timeout covers the building too (the command line also stops a building that outlasts it)."""
     deadline = Deadline(timeout)
     return run(build_problem(task, **problem), engine, max_counterexamples=max_counterexamples, start=start,
                stop=stop, workers=workers, progress=progress, deadline=deadline, solver=solver, smtlib=smtlib)
@@ -286,7 +291,7 @@ def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexampl
 def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator | RecurrentEvaluator] = None) -> Traced:
     """Evaluate one input on the generic path in the problem's format and in the real reference,
     keeping every value ("values" = codes * step)."""
-    quantized = quantized or make_evaluator(problem.model, problem.arith, tables=False)
+    quantized = quantized or problem.generic()
     tokens = np.asarray(tokens, dtype=np.int64)
     truth = problem.task.answer(tokens)
     out, values = trace(quantized, tokens)
@@ -307,7 +312,7 @@ def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | Recur
     is an InternalError: the engines and the evaluator disagree, and no verdict may be given.
     """
     task = problem.task
-    quantized = quantized or make_evaluator(problem.model, problem.arith, tables=False)
+    quantized = quantized or problem.generic()
     t = explain(problem, found.tokens, quantized)
     got = quantized.judge(t.out, np.array([t.truth]))
     pos = int(got.position[0])

@@ -12,6 +12,7 @@ million; the logits of every (query class, key class) pair are then one exact ma
 
 Everything here is exact partial evaluation: a class's codes are the codes the evaluator computes
 for every pair of the class, and its saturation flag is the flag the evaluator would raise.
+The tables are built in chunks, and a run's deadline is polled between them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Fixed
-from .budget import require_memory
+from .budget import Deadline, require_memory
 
 _EXACT_FLOAT = 1 << 53  # integers below this are exact in float64, and so are their sums
 _CHUNK = 1 << 22  # elements of the largest temporary of a direct (non-matrix) product
@@ -44,7 +45,7 @@ class ClassTable:
 
 
 def class_table(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray,
-                b: Optional[np.ndarray] = None) -> ClassTable:
+                b: Optional[np.ndarray] = None, deadline: Optional[Deadline] = None) -> ClassTable:
     """The classes of ``W x0 + b`` over (position, token) pairs, from the quantized embedding E, P."""
     L, V = P.shape[0], E.shape[0]
     cols = np.flatnonzero(np.any(W != 0, axis=0))
@@ -59,11 +60,12 @@ def class_table(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: 
     at_pos, at_tok = np.divmod(first, V)
     ctx = fx.context((len(uniq),))
     x = fx.add(Ec[at_tok], np.where(P_mask[at_tok][:, None], Pc[at_pos], 0), ctx, "embed")
-    values = _lin_chunked(fx, W[:, cols], x, b, ctx)
+    values = _lin_chunked(fx, W[:, cols], x, b, ctx, deadline)
     return ClassTable(rid.reshape(L, V).astype(np.int64), values, ctx.ovf.copy())
 
 
-def embedding_overflow(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray) -> np.ndarray:
+def embedding_overflow(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray,
+                       deadline: Optional[Deadline] = None) -> np.ndarray:
     """(L_max, V) bool: does sat(E[t] + P[i]) clamp some coordinate of the pair (i, t)?"""
     L, V = P.shape[0], E.shape[0]
     out = np.zeros((L, V), dtype=bool)
@@ -71,23 +73,27 @@ def embedding_overflow(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarr
         return out
     rows = max(1, _CHUNK // max(E.size, 1))
     for a in range(0, L, rows):
+        _poll(deadline)
         s = E[None, :, :] + P[a:a + rows, None, :]
         out[a:a + rows] = ((s < fx.lo) | (s > fx.hi)).any(axis=-1) & P_mask[None, :]
     return out
 
 
-def _lin_chunked(fx: Fixed, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx) -> np.ndarray:
+def _lin_chunked(fx: Fixed, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx,
+                 deadline: Optional[Deadline] = None) -> np.ndarray:
     """fx.lin on row chunks, each temporary (rows x out x in) below _CHUNK elements."""
     rows = max(1, _CHUNK // max(W.size, 1))
     out = np.empty((len(x), W.shape[0]), dtype=np.int64)
     for a in range(0, len(x), rows):
+        _poll(deadline)
         sub = fx.context((min(rows, len(x) - a),))
         out[a:a + rows] = fx.lin(W, x[a:a + rows], b, sub, "lin")
         ctx.ovf[a:a + rows] |= sub.ovf
     return out
 
 
-def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray,
+                deadline: Optional[Deadline] = None) -> tuple[np.ndarray, np.ndarray]:
     """Every logit <q, k> of the rows of Q (nq, m) against the rows of K (nk, m), by the linear
     rule, and where computing it saturated: (nq, nk) codes and flags.
 
@@ -114,12 +120,12 @@ def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np
             s += _by_indicators(fx, Q[:, few], K[:, few], ovf)
             rest = np.setdiff1d(rest, few)
         if len(rest):
-            s += _direct(fx, Q[:, rest], K[:, rest], ovf, rounded=True)
+            s += _direct(fx, Q[:, rest], K[:, rest], ovf, rounded=True, deadline=deadline)
         return _saturate(fx, s, ovf)
     if m * int(qmax.max(initial=0)) * int(kmax.max(initial=0)) < _EXACT_FLOAT:
         raw = np.rint(Q.astype(np.float64) @ K.T.astype(np.float64)).astype(np.int64)
     else:
-        raw = _direct(fx, Q, K, ovf, rounded=False)
+        raw = _direct(fx, Q, K, ovf, rounded=False, deadline=deadline)
     return _saturate(fx, fx.round_den(fx.scale_num(raw)), ovf)
 
 
@@ -145,13 +151,15 @@ def _by_indicators(fx: Fixed, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray) -> 
     return np.rint(T @ M.T).astype(np.int64)
 
 
-def _direct(fx: Fixed, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, rounded: bool) -> np.ndarray:
+def _direct(fx: Fixed, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, rounded: bool,
+            deadline: Optional[Deadline] = None) -> np.ndarray:
     """Sums over the columns of Q x K products in query-row chunks: rounded and saturated one by
     one (product accumulation, flags into ovf), or exact."""
     nq, nk, m = len(Q), len(K), Q.shape[1]
     rows = max(1, _CHUNK // max(nk * m, 1))
     out = np.empty((nq, nk), dtype=np.int64)
     for a in range(0, nq, rows):
+        _poll(deadline)
         prod = Q[a:a + rows, None, :] * K[None, :, :]
         if rounded:
             r = fx.rescale(prod)
@@ -160,6 +168,11 @@ def _direct(fx: Fixed, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray, rounded: b
             prod = t
         out[a:a + rows] = prod.sum(-1)
     return out
+
+
+def _poll(deadline: Optional[Deadline]) -> None:
+    if deadline is not None:
+        deadline.check()
 
 
 def _saturate(fx: Fixed, s: np.ndarray, ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

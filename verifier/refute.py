@@ -19,9 +19,12 @@ evaluator (`api.replay`) before it is reported.
   with one summary and a Bob part that tells them apart give two inputs the model answers alike
   there, though their answers differ.  A recurrent model on a task given by a DFA (Dyck-(2,2)):
   random prefixes hashed by their states, told apart by an automaton suffix.
-* ``search``: the engines over the whole dataset (`api.run`).
+* ``search``: the engines over the dataset (`api.run`): `engine` (auto by default) over the
+  range `start`..`stop` (the whole dataset by default; a range of a dataset too large to
+  enumerate is enumerated).
 
-``auto`` tries the structured methods that apply, then the search.
+``auto`` tries the structured methods that apply, then the search.  The deadline covers them all;
+a method it stops reports nothing (its finding says so).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 
 from .api import answer_name, describe_problem, replay, run
 from .arithmetic import format_text
-from .budget import Deadline
+from .budget import Deadline, TimedOut
 from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random_seeds
 from .engines import Found, Problem
 from .errors import InputError, InternalError
@@ -161,7 +164,7 @@ class _Model:
     def __init__(self, problem: Problem):
         self.problem = problem
         self.fast = make_evaluator(problem.model, problem.arith)
-        self.generic = make_evaluator(problem.model, problem.arith, tables=False)
+        self.generic = problem.generic()
         if isinstance(problem.model, Recurrent):
             self.readout_input = "h"
         else:
@@ -505,18 +508,42 @@ def _distinguishing_suffix(dfa: np.ndarray, accepting: np.ndarray, a: int, b: in
 # -- the driver ---------------------------------------------------------------------------------
 def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Optional[float] = None,
            max_counterexamples: int = 1, certificates_budget: int = 50,
-           deadline: Optional[Deadline] = None) -> Refutation:
-    """Find inputs the model must get wrong: `method` one of METHODS."""
+           deadline: Optional[Deadline] = None, engine: str = "auto", start: int = 0,
+           stop: Optional[int] = None) -> Refutation:
+    """Find inputs the model must get wrong: `method` one of METHODS; `engine`, `start` and `stop`
+    are the search's (`api.run`)."""
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}; methods: {', '.join(METHODS)}")
+    if method not in ("auto", "search") and (engine, start, stop) != ("auto", 0, None):
+        raise InputError(f"--engine, --start and --stop are the search's; --method {method} does not search")
     deadline = deadline if deadline is not None else Deadline(timeout)
     t0 = time.monotonic()
     out = Refutation("unknown", method, problem.task.describe(), _describe(problem.model),
                      problem.arith.describe(), [], provenance=describe_problem(problem)[2],
                      residual_rows=problem.model.residual_rows)
     rng = random.Random(seed)
-    model = _Model(problem)
     order = ["dependent", "protocol", "search"] if method == "auto" else [method]
+    try:
+        with deadline.enforced():
+            model = _Model(problem)
+            _methods(model, out, order, method, rng, seed, deadline, max_counterexamples, certificates_budget,
+                     dict(engine=engine, start=start, stop=stop))
+    except TimedOut:
+        out.counterexamples, out.argument, out.certificate = [], [], None  # a method cut short proves nothing
+        out.verdict = "unknown"
+        out.findings.append(f"timeout after {deadline.seconds:g} s during {out.method}")
+    if out.counterexamples:
+        out.verdict = "refuted"
+        out.quantized = model.generic.q.named_arrays()
+    out.seconds = time.monotonic() - t0
+    return out
+
+
+def _methods(model: _Model, out: Refutation, order: list[str], method: str, rng: random.Random, seed: int,
+             deadline: Deadline, max_counterexamples: int, certificates_budget: int, search: dict) -> None:
+    """Try the methods in order until one finds a counterexample; fill `out`.  `search`: the
+    search's engine, start and stop."""
+    problem = model.problem
     for m in order:
         out.method = m
         if m == "dependent":
@@ -539,19 +566,16 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
             else:
                 out.findings.append(f"protocol: {why}")
         else:
-            result = run(problem, "auto", max_counterexamples=max_counterexamples, deadline=deadline)
+            result = run(problem, max_counterexamples=max_counterexamples, deadline=deadline, **search)
             out.counterexamples = result.counterexamples
             out.stats["search"] = {"engine": result.engine, "covered": result.covered, "total": result.total,
                                    "seconds": round(result.seconds, 3)}
+            if "auto" in result.engine_stats:
+                out.stats["search"]["chosen"] = result.engine_stats["auto"]
             if result.verdict == "proved":
                 out.verdict = "proved"
             elif result.verdict == "unknown":
                 out.findings.append(f"search: {result.reason}")
-    if out.counterexamples:
-        out.verdict = "refuted"
-        out.quantized = model.generic.q.named_arrays()
-    out.seconds = time.monotonic() - t0
-    return out
 
 
 def random_model(task, heads: int, width: int, attention: str, rng: np.random.Generator) -> Model:

@@ -120,7 +120,9 @@ class Result:
         lines = [f"{self.verdict.upper()}: {self.construction.get('construction', '?')}"
                  + (f" ({theorem})" if theorem else "") + f" on {self.task['name']} "
                  + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs", "answers_sha256"))]
-        lines.append(f"  arithmetic  {format_text(a)}; quantization error <= {a['quantization_error']:.3g}"
+        error = a["quantization_error"]  # None: the run stopped before the model was quantized
+        lines.append(f"  arithmetic  {format_text(a)}; quantization error "
+                     + ("not computed" if error is None else f"<= {error:.3g}")
                      + (f"; saturated parameters: {', '.join(a['saturated_parameters'])}"
                         if a.get("saturated_parameters") else ""))
         lines.append("  params      " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.params.items()))

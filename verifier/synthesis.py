@@ -19,6 +19,9 @@ certificate.  z3 decides it for a family of models:
 UNSAT: no model of the family gets every member right -- the theorem holds at that precision and
 shape, by machine proof.  SAT: a model that escapes the argument on the certificate; it is decoded,
 evaluated on the members (which must all be right) and then verified on the whole dataset.
+
+The deadline covers building the formula (polled member by member) and the solve (the solver's
+timeout is the time left); past it the verdict is unknown.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import z3
 
 from .arithmetic import Fixed, FixedPoint
+from .budget import Deadline, TimedOut
 from .certificates import Certificate
 from .encoding import Sym
 from .errors import InputError, InternalError
@@ -92,7 +96,8 @@ def _bits(fx: Fixed, terms: int) -> int:
     return max(fx.lo * fx.lo, (terms + 1) * -fx.lo).bit_length() + 2
 
 
-def family_formula(task, members, labels, heads: int, width: int, fx: Fixed, symmetry: bool = False) -> Family:
+def family_formula(task, members, labels, heads: int, width: int, fx: Fixed, symmetry: bool = False,
+                   deadline: Optional[Deadline] = None) -> Family:
     """Every member right, in the arithmetic of docs/arithmetic.md.  `symmetry`: order the
     interchangeable parts of a model, which changes no answer (every model has a reordering that
     meets the order, so SAT and UNSAT are those of the unordered formula): within a head, the
@@ -135,6 +140,8 @@ def family_formula(task, members, labels, heads: int, width: int, fx: Fixed, sym
     if saturated[0] and fx.overflow == "error":  # every input uses a saturated embedding entry: it fails
         out.append(z3.BoolVal(False))
     for tokens, label in zip(members, labels):
+        if deadline is not None:
+            deadline.check()  # TimedOut: the caller's verdict is unknown
         last = len(tokens) - 1
         outs = []
         for h in range(heads):
@@ -180,16 +187,22 @@ def family_weights(task, heads: int, width: int, fx: Fixed, family: Family, valu
 
 
 def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
-               timeout: Optional[float] = None) -> Synthesis:
-    """Is there a model of the family (see the module) that gets every member of `cert` right?"""
+               timeout: Optional[float] = None, deadline: Optional[Deadline] = None) -> Synthesis:
+    """Is there a model of the family (see the module) that gets every member of `cert` right?
+    `deadline` (or `timeout` seconds from now) bounds it all."""
     t0 = time.monotonic()
-    family = family_formula(task, cert.members, cert.labels, heads, width, fx)
+    deadline = deadline if deadline is not None else Deadline(timeout)
+    shape = {"heads": heads, "width": width, "attention": "relu"}
+    try:
+        family = family_formula(task, cert.members, cert.labels, heads, width, fx, deadline=deadline)
+    except TimedOut:
+        return _timed_out(shape, fx, t0, len(cert.members))
+    shape["parameters"] = len(family.variables)
     solver = z3.SolverFor("QF_BV")
-    if timeout is not None:
-        solver.set("timeout", max(1, int(timeout * 1000)))
     solver.add(*family.assertions)
-    answer = solver.check()
-    shape = {"heads": heads, "width": width, "attention": "relu", "parameters": len(family.variables)}
+    answer = _check(solver, deadline)
+    if answer is None:
+        return _timed_out(shape, fx, t0, len(cert.members))
     verdict = "impossible" if answer == z3.unsat else "escapes" if answer == z3.sat else "unknown"
     out = Synthesis(verdict, shape, fx.describe(),
                     time.monotonic() - t0, len(cert.members), stats={"reason": solver.reason_unknown()
@@ -207,6 +220,24 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
     return out
 
 
+def _check(solver, deadline: Deadline):
+    """The solver's answer within the time left (None: none is left); a solve cancelled at the
+    deadline (`budget`) answers unknown, and the TimedOut that follows is the timeout it was."""
+    left = deadline.left()
+    if left is not None:
+        if left <= 0:
+            return None
+        solver.set("timeout", max(1, int(left * 1000)))
+    try:
+        return solver.check()
+    except TimedOut:
+        return None
+
+
+def _timed_out(shape: dict, fx: Fixed, t0: float, members: int) -> Synthesis:
+    return Synthesis("unknown", shape, fx.describe(), time.monotonic() - t0, members, stats={"reason": "timeout"})
+
+
 MAX_DATASET = 4096  # inputs of a synthesis over a whole dataset, or over a fooling set's inputs
 
 
@@ -222,10 +253,17 @@ def synthesize_inputs(task, members: list, labels: list, heads: int, width: int,
     if len(members) > MAX_DATASET:
         raise InputError(f"bounded synthesis takes at most {MAX_DATASET:,} inputs; {task.name} gives {len(members):,}")
     t0 = time.monotonic()
-    family = family_formula(task, members, labels, heads, width, fx, symmetry)
+    deadline = Deadline(timeout)
+    try:
+        family = family_formula(task, members, labels, heads, width, fx, symmetry, deadline)
+    except TimedOut:
+        return _timed_out({"heads": heads, "width": width, "attention": "relu"}, fx, t0, len(members))
     bits = next(iter(family.variables.values())).size()
+    left = deadline.left()
+    if left is not None and left <= 0:
+        return _timed_out({"heads": heads, "width": width, "attention": "relu"}, fx, t0, len(members))
     answer, values, who = solvers.solve(solver, solvers.smtlib(family.assertions, "QF_BV"), list(family.variables),
-                                        timeout)
+                                        left)
     verdict = {"unsat": "impossible", "sat": "escapes"}.get(answer, "unknown")
     out = Synthesis(verdict, {"heads": heads, "width": width, "attention": "relu",
                               "parameters": len(family.variables)}, fx.describe(), time.monotonic() - t0,
@@ -269,7 +307,7 @@ def task_options(task) -> dict:
 
 
 def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[float] = None,
-                         max_inputs: int = 256) -> Synthesis:
+                         max_inputs: int = 256, deadline: Optional[Deadline] = None) -> Synthesis:
     """Is there a recurrent model with `width` hidden units, every weight (U, W, b, h0, W_U, b_U) a
     p-bit code, that answers every input of the task (the whole dataset, at most `max_inputs`) right
     in FX (docs/arithmetic.md, "Recurrent models": a = sat(R(W h) + b), h = ReLU(sat(a + U[x]))),
@@ -277,6 +315,7 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
     model, decoded and checked on the evaluator."""
     from .model import Recurrent
     t0 = time.monotonic()
+    deadline = deadline if deadline is not None else Deadline(timeout)
     data = [(b.tokens, b.expected) for b in task.batches(0, task.total, 4096)]
     total = sum(len(t) for t, _ in data)
     if total > max_inputs or task.per_position:
@@ -302,13 +341,14 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
                 for row, bb in zip(rows, bias)]
 
     solver = z3.SolverFor("QF_BV")
-    if timeout is not None:
-        solver.set("timeout", max(1, int(timeout * 1000)))
     for var in variables.values():
         solver.add(var >= S.num(fx.lo), var <= S.num(fx.hi))
+    shape = {"hidden": m, "parameters": len(variables)}
     cache: dict = {(): h0}  # states by prefix: inputs share their prefixes
     for tokens, expected in data:
         for row, label in zip(tokens, expected):
+            if deadline.expired():
+                return _timed_out(shape, fx, t0, total)
             for t in range(1, len(row) + 1):
                 key = tuple(int(x) for x in row[:t])
                 if key not in cache:
@@ -325,9 +365,11 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
                         solver.add(S.z(S.gt(y[int(label)], y[c])))
     if S.overflows:
         solver.add(z3.Not(S.z(S.any(S.overflows))))
-    answer = solver.check()
+    answer = _check(solver, deadline)
+    if answer is None:
+        return _timed_out(shape, fx, t0, total)
     verdict = "impossible" if answer == z3.unsat else "escapes" if answer == z3.sat else "unknown"
-    out = Synthesis(verdict, {"hidden": m, "parameters": len(variables)}, fx.describe(), time.monotonic() - t0, total,
+    out = Synthesis(verdict, shape, fx.describe(), time.monotonic() - t0, total,
                     stats={"reason": solver.reason_unknown() if answer == z3.unknown else ""})
     if answer == z3.sat:
         mdl = solver.model()

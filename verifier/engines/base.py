@@ -13,7 +13,7 @@ import numpy as np
 
 from ..arithmetic import Fixed
 from ..budget import Deadline
-from ..evaluator import Judged
+from ..evaluator import Judged, make_evaluator
 from ..model import Model
 from ..tasks import Task
 from ..tasks.base import Checked
@@ -28,6 +28,18 @@ class Problem:
     arith: Fixed  # FX(p, f) or another grid (`verifier.arithmetic`)
     built_in: bool = False  # the model is a built-in construction, built for this problem
     weights_sha256: Optional[str] = None  # of the model as given, when its readout rows were put in class order
+    _generic: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def generic(self):
+        """The evaluator on the generic path (no tables), quantized once for the problem: the
+        replays and the traces share it (quantizing exact weights is slow).  Its plans are cached
+        by array id: give it only the model's own arrays."""
+        if self._generic is None:
+            self._generic = make_evaluator(self.model, self.arith, tables=False)
+        return self._generic
+
+    def __getstate__(self) -> dict:  # sent to a cluster's workers without it: they quantize for themselves
+        return {**self.__dict__, "_generic": None}
 
 
 @dataclass
@@ -41,6 +53,10 @@ class RunOptions:
     cluster: Optional[Any] = None  # a `verifier.cluster.Cluster`: exhaustive chunks run as its tasks
     solver: str = "z3"  # the SMT engine's solver: z3, bitwuzla, cvc5 or portfolio (`verifier.solvers`)
     smtlib: Optional[str] = None  # a directory: the SMT engine writes each solver case there as SMT-LIB 2
+
+    def size(self, total: int) -> int:
+        """How many inputs the range holds."""
+        return (total if self.stop is None else self.stop) - self.start
 
     def whole(self, total: int) -> bool:
         """The range is every input (what an engine that decides whole cases or lengths needs)."""

@@ -30,7 +30,11 @@ task does not say where the answer is, and decides any single input the bounds l
 the engine is complete.
 
 Cases of one length are processed together, as (boxes x positions) arrays; nothing loops over
-inputs.  Supported: one layer (softmax or ReLU attention, any heads, residual or not, FFN or not),
+inputs.  The open boxes are kept depth first, and each round takes as many as fit in MEMORY
+by an estimate of its arrays from the sizes (`_Footprint`): the memory stays bounded however
+many boxes the branching makes, and a box that does not fit alone is refused (`TooLarge`, which
+auto answers with the next engine) before it is allocated (docs/bounds-engine.md, "Memory").
+Supported: one layer (softmax or ReLU attention, any heads, residual or not, FFN or not),
 a readout at the last position, every rounding, overflow and accumulation rule.
 """
 
@@ -43,19 +47,24 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..budget import TimedOut
+from ..budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
 from ..errors import InternalError
 from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
-from ..model import Recurrent
+from ..model import Model, Recurrent
 from ..tasks import Case
 from .base import EngineResult, Found, Problem, RunOptions, Tick
+from .cost import products
 
 LEAF_INPUTS = 256  # a box with at most this many inputs is split into its inputs at once
 BATCH_POSITIONS = 1 << 20  # boxes x positions of one batch
 POINTS_PER_ROW = 4096  # a head-output box of at most this many codes is decided point by point
 POINTS_PER_CALL = 1 << 18
 LEAF_TABLES_AFTER = 1 << 14  # leaf inputs evaluated before the evaluator's layer-0 tables are worth building
+MEMORY = 128 << 20  # the working set of a run's boxes (a constant, so that the boxes of a round, and the
+# counterexample found first, do not depend on the machine's load); more buys no speed
+ROUND_BOXES = 1 << 13  # boxes of a round at most: enough to vectorise, few enough to reach the leaves soon
+PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
 
 
 @dataclass
@@ -78,15 +87,16 @@ class _Model:
     always: bool  # overflow = error and a saturated parameter that every input uses
 
     @classmethod
-    def build(cls, ev: Evaluator) -> "_Model":
+    def build(cls, ev: Evaluator, deadline: Optional[Deadline] = None) -> "_Model":
         q, fx = ev.q, ev.arith
         heads = []
         for h in q.layers[0].heads:
-            tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b)) for W, b in h.MAPS)
-            heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values)))
+            tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline)
+                          for W, b in h.MAPS)
+            heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values, deadline)))
         pair_ovf, always = None, False
         if fx.overflow == "error":
-            pair_ovf = embedding_overflow(fx, q.E, q.P, q.P_mask)
+            pair_ovf = embedding_overflow(fx, q.E, q.P, q.P_mask, deadline)
             for h in heads:
                 pair_ovf |= h.k.ovf[h.k.rid] | h.v.ovf[h.v.rid]
             use = ev.saturated_use
@@ -116,6 +126,69 @@ class _Boxes:
     @staticmethod
     def concat(a: "_Boxes", b: "_Boxes") -> "_Boxes":
         return _Boxes(*(np.concatenate([getattr(a, k), getattr(b, k)]) for k in ("dom", "case", "depth", "prefix")))
+
+
+@dataclass
+class _Open:
+    """Boxes still to decide, from row `at` on, with the running sum of their estimated bytes."""
+
+    boxes: _Boxes
+    cum: np.ndarray  # (B,) float
+    at: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        b = self.boxes
+        return b.dom.nbytes + b.case.nbytes + b.depth.nbytes + b.prefix.nbytes + self.cum.nbytes
+
+    def fitting(self, room: float) -> int:
+        """How many of the next boxes fit in `room` bytes together."""
+        base = self.cum[self.at - 1] if self.at else 0.0
+        return int(np.searchsorted(self.cum, base + room, side="right")) - self.at
+
+    def take(self, n: int) -> _Boxes:
+        a, self.at = self.at, self.at + n
+        b = self.boxes
+        return _Boxes(b.dom[a:self.at], b.case[a:self.at], b.depth[a:self.at], b.prefix[a:self.at])
+
+    def keep(self, rows: np.ndarray) -> "_Open":
+        """The boxes `rows` (of those not taken yet), with their bytes."""
+        cost = np.diff(self.cum, prepend=0.0)[self.at:][rows]
+        return _Open(self.boxes.take(self.at + rows), np.cumsum(cost))
+
+
+@dataclass
+class _Footprint:
+    """What a round's arrays take, estimated from the sizes (generously: within a small factor), per
+    box and per input: the boxes of a round are as many as fit in MEMORY by it."""
+
+    heads: int
+    mv: int  # the widest value map
+    row: float  # bytes per row of the readout's bounds (`_post`): its widest linear map's products, its vectors
+
+    @classmethod
+    def of(cls, model: Model) -> "_Footprint":
+        """From the model's sizes (as given or quantized: a zero weight is skipped either way)."""
+        layer, ro = model.layers[0], model.readout
+        maps = [layer.W_O, ro.W_U] + ([layer.W1, layer.W2] if layer.has_ffn else [])
+        mv = max(h.W_V.shape[0] for h in layer.heads)
+        width = len(layer.heads) * mv + model.d + (layer.W1.shape[0] if layer.has_ffn else 0) + ro.W_U.shape[0]
+        return cls(len(layer.heads), mv, 8.0 * (PRODUCT_TEMPS * max(products(W) for W in maps) + 8 * width))
+
+    def box(self, L: int, classes: int, branch: int) -> float:
+        """A box of length L, with at most `classes` key or value classes at a position and `branch`
+        children: per head, its positions' logit, weight and term bounds; one head's class ids,
+        logits and value gathers; its children with their table keys; the readout's rows of it and
+        of its children."""
+        H, mv = self.heads, self.mv
+        kept = H * L * (8 + 4 * mv)
+        temp = L * (16 + 4 * classes + 2 * classes * mv)
+        kids = branch * (L + 8 + 3 * (4 * H * mv + 2 * H + 4))
+        return 8.0 * (kept + temp + kids) + self.row * (1 + branch)
+
+    def input(self, L: int) -> float:
+        """An input of a box split into its inputs: its tokens, and a box of single tokens."""
+        return self.box(L, 1, 0) + 8.0 * 3 * L
 
 
 @dataclass
@@ -175,6 +248,7 @@ class _Stats:
     leaves: int = 0  # boxes enumerated on the evaluator
     leaf_inputs: int = 0
     max_depth: int = 0
+    largest_round: int = 0  # boxes
     certified_margin: Optional[float] = None  # the smallest lower bound of a margin that decided a box
 
     def margin(self, m: np.ndarray) -> None:
@@ -200,6 +274,10 @@ class Bounds:
             return f"task {problem.task.name} has no case splits"
         if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the bounds engine decides whole cases"
+        smallest = _Footprint.of(model).box(problem.task.max_len, 1, 1)
+        if smallest > MEMORY:
+            return (f"one box of length {problem.task.max_len} needs about {fmt_bytes(smallest)} (estimated from the "
+                    f"sizes); the engine works within {fmt_bytes(MEMORY)}")
         return None
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
@@ -208,31 +286,38 @@ class Bounds:
         result = EngineResult("complete", 0, [])
         stats = _Stats()
         done = 0
-        case = None
+        run, pending = None, None  # the batch being decided
         try:
+            require_memory(MEMORY, "the bounds engine's working set")
             run = _Run(problem, opts, stats)
             for batch in _batches(task.cases()):
                 opts.deadline.check()
-                case = batch[0].name
-                found = run.decide(batch)
-                if found:
-                    first = min(c for c, _ in found)
-                    result.covered += sum(c.count for c in batch[:first])
-                    done += first
-                    ordered = sorted(found, key=lambda cf: (cf[0], cf[1].index))
-                    result.found = [f for _, f in ordered][:opts.max_counterexamples]
+                pending = batch
+                if run.decide(batch):
                     break
                 result.covered += sum(c.count for c in batch)
                 done += len(batch)
+                pending = None
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, done, None, batch[-1].name))
-            case = None
         except TimedOut:
             result.status = "timeout"
         except KeyboardInterrupt:
             result.status = "interrupted"
+        case = None
+        if pending is not None and run.cases is pending:  # the cases of the batch decided, and its failures
+            k = run.settled()
+            result.covered += sum(c.count for c in pending[:k])
+            done += k
+            ordered = sorted(run.found, key=lambda cf: (cf[0], cf[1].index))
+            result.found = [f for _, f in ordered][:opts.max_counterexamples]
+            if result.status != "complete" and k < len(pending):
+                case = pending[k].name
+        elif pending is not None:
+            case = pending[0].name
         result.stats = {"cases": done, "boxes": stats.boxes, "leaves": stats.leaves, "leaf_inputs": stats.leaf_inputs,
-                        "max_depth": stats.max_depth, "certified_margin": stats.certified_margin,
+                        "max_depth": stats.max_depth, "largest_round": stats.largest_round,
+                        "certified_margin": stats.certified_margin,
                         "unfinished_case": case, "seconds": time.monotonic() - t0}
         return result
 
@@ -254,9 +339,13 @@ class _Run:
 
     def __init__(self, problem: Problem, opts: RunOptions, stats: _Stats):
         self.task, self.opts, self.stats = problem.task, opts, stats
-        self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False))
+        opts.deadline.check()
+        # an evaluator of its own: its plans are cached by the id of arrays this run makes (`_lin`)
+        self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False), opts.deadline)
         self.fx: Fixed = problem.arith
         self.q = self.m.ev.q
+        self.footprint = _Footprint.of(self.q)
+        self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))
         self.layer = self.q.layers[0]
         self.track = problem.arith.overflow == "error"
         self._leaf_ev: Optional[Evaluator] = None
@@ -265,8 +354,9 @@ class _Run:
 
     # -- one batch ----------------------------------------------------------------------------
     def decide(self, cases: list[Case]) -> list[tuple[int, Found]]:
-        """Failures among the batch's cases, as (case index in the batch, failure)."""
-        self.cases = cases
+        """Failures among the batch's cases, as (case index in the batch, failure): in the first
+        failing case, and in at most max_counterexamples cases (`settled` says how far it got)."""
+        self.cases, self.found, self.stack, self.current = cases, [], [], None
         L = self.L = cases[0].length
         self.domains: list[np.ndarray] = []
         self._cache: dict = {}
@@ -302,16 +392,60 @@ class _Run:
         case_of = np.repeat(np.arange(len(cases)), counts)
         prefix = np.array(prefix_of, dtype=np.int64)[case_of]
         dom = np.concatenate([self.prefixes[prefix], -1 - np.concatenate(queries)[:, None]], axis=1)
-        boxes = _Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)
-        found: list[tuple[int, Found]] = []
+        self.per_box = self.footprint.box(L, self._widest_classes(), int(self.lens.max()))
+        self.per_input = self.footprint.input(L)
+        stack = self.stack
+        stack.append(self._open(_Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)))
+        found = self.found
         want = self.opts.max_counterexamples
-        while len(boxes):
+        while stack:  # depth first: the children of a round before the rest of its boxes
             self.opts.deadline.check()
-            boxes = self._round(boxes, found)
-            if len(found) >= want:  # the cases after the want-th failing one need not be decided
+            top = stack[-1]
+            held = sum(o.nbytes for o in stack)
+            n = min(top.fitting(MEMORY - held), ROUND_BOXES)
+            if n < 1:
+                raise TooLarge(f"the bounds engine needs about {fmt_bytes(np.diff(top.cum, prepend=0.0)[top.at])} "
+                               f"for one box of length {L} (estimated from the sizes; the open boxes hold "
+                               f"{fmt_bytes(held)}), more than the {fmt_bytes(MEMORY)} it works within")
+            self.current = boxes = top.take(n)
+            if top.at == len(top.boxes):
+                stack.pop()
+            kids = self._round(boxes, found)
+            self.stats.largest_round = max(self.stats.largest_round, len(boxes))
+            if len(found) >= want:  # a case at or after the want-th failing one need not be decided further
                 last = sorted(c for c, _ in found)[want - 1]
-                boxes = boxes.take(np.flatnonzero(boxes.case <= last))
+                kept = (o.keep(np.flatnonzero(o.boxes.case[o.at:] < last)) for o in stack)
+                stack[:] = [o for o in kept if len(o.boxes)]
+                kids = kids.take(np.flatnonzero(kids.case < last))
+            if len(kids):
+                stack.append(self._open(kids))
+            self.current = None
         return found
+
+    def settled(self) -> int:
+        """How many of the batch's leading cases are decided: those before its first open box and
+        its first failure."""
+        first = [len(self.cases)] + [c for c, _ in self.found]
+        first += [int(o.boxes.case[o.at:].min()) for o in self.stack if o.at < len(o.boxes)]
+        if self.current is not None and len(self.current):
+            first.append(int(self.current.case.min()))
+        return min(first)
+
+    def _open(self, boxes: _Boxes) -> _Open:
+        """Boxes to decide, with the bytes a round takes for each: a box of few inputs is replaced by
+        its inputs (`_round`)."""
+        sizes = self._sizes(boxes)
+        leaf = (sizes <= LEAF_INPUTS) & ((sizes > 1) | (self.answer_pos is None))
+        return _Open(boxes, np.cumsum(np.where(leaf, sizes * self.per_input, self.per_box)))
+
+    def _widest_classes(self) -> int:
+        """The most key or value classes the tokens of one of the batch's domains fall into at a position."""
+        widest = 1
+        for hi, h in enumerate(self.m.heads):
+            for table, key in ((h.k, ("k", hi)), (h.v, ("v", hi))):
+                for d in self.domains:
+                    widest = max(widest, self._domain_classes(table, d, key).shape[1])
+        return widest
 
     def _round(self, boxes: _Boxes, found: list) -> _Boxes:
         """Decide or split every box; the boxes left for the next round."""
@@ -331,6 +465,9 @@ class _Run:
                 self._evaluate(members, case_of, found, must_fail=False)
             else:
                 depth = np.repeat(small.depth + 1, sizes[leaf].astype(np.int64))
+                if self.filtered.any():  # a member that is not an input (of a filtered case) needs no bound
+                    keep = self.task.evaluate(members)[1]
+                    members, case_of, depth = members[keep], case_of[keep], depth[keep]
                 boxes = _Boxes.concat(boxes, _Boxes(-1 - members, case_of, depth, np.full(len(case_of), -1)))
             if not len(boxes):
                 return boxes
@@ -517,7 +654,7 @@ class _Run:
         width = _rows(hhi - hlo + 1).astype(np.float64)
         points = np.prod(width, axis=1)
         rows = np.flatnonzero((status == 0) & (truth >= 0) & (points <= POINTS_PER_ROW))
-        rows = rows[np.cumsum(points[rows]) <= POINTS_PER_CALL]
+        rows = rows[np.cumsum(points[rows]) <= self.points_per_call]
         if not len(rows):
             return status, margin
         count = points[rows].astype(np.int64)

@@ -5,7 +5,9 @@ handed to worker processes (fork; both cores for large spaces), or to the worker
 (`verifier.cluster`, which is sent the problem once), with a bounded number in flight,
 so memory stays bounded whatever the input count, and results are taken in order, so that the
 first counterexample reported is the first in enumeration order and ``covered`` is always a
-prefix: a run that was stopped can be resumed from ``start = covered``.
+prefix: a run that was stopped can be resumed from ``start = covered``.  The deadline is polled
+before every batch (a few seconds of work at most, whatever the chunk), and the main process
+stops waiting for a worker's chunk when it passes.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ from typing import Optional
 import numpy as np
 
 from .. import interrupts
+from ..budget import Deadline, TimedOut, shielded
 from ..evaluator import make_evaluator
 from ..tasks.base import Checked
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 CHUNK = 1 << 17
 PARALLEL_ABOVE = 1 << 18
-LIMIT = 1 << 36  # beyond this enumeration is hopeless on this machine
+LIMIT = 1 << 36  # beyond this many inputs in one range, enumeration is hopeless on this machine
 
 
 @dataclass
@@ -40,6 +43,7 @@ class _Chunk:
     upto: list[tuple[float, Optional[int], Checked]] = field(default_factory=list)  # (min margin, tightest,
     # inputs judged) up to found[i]
     checked: Checked = field(default_factory=Checked)
+    timed_out: bool = False  # the deadline passed inside the chunk: `covered` is the batches before it
 
     def cut(self, keep: int) -> "_Chunk":
         """The chunk as if it had stopped at its keep-th counterexample: coverage and margin end there."""
@@ -68,13 +72,17 @@ def _check_remote(problem: Problem, limit: int, start: int, stop: int) -> _Chunk
     return _check_range(problem.task, _REMOTE[id(problem)][1], limit, start, stop)
 
 
-def _check_range(task, ev, limit: int, start: int, stop: int) -> _Chunk:
+def _check_range(task, ev, limit: int, start: int, stop: int, deadline: Optional[Deadline] = None) -> _Chunk:
     found: list[Found] = []
     upto: list[tuple[float, Optional[int], Checked]] = []
     best, tightest, checked = math.inf, None, Checked()
+    done = start  # the inputs before the current batch are decided
     for batch in task.batches(start, stop, ev.batch_size):
         if not len(batch.tokens):  # every input of the range was filtered out (a margin filter)
             continue
+        if deadline is not None and deadline.expired():
+            return _Chunk(done - start, found, best if tightest is not None else None, tightest, start, upto,
+                          checked, timed_out=True)
         judged = ev.judge(ev.forward(batch.tokens), batch.expected)
         failing = np.flatnonzero(judged.failed)[: max(0, limit - len(found))]
         if len(failing):
@@ -93,6 +101,7 @@ def _check_range(task, ev, limit: int, start: int, stop: int) -> _Chunk:
         i = int(np.argmin(judged.margin))
         if judged.margin[i] < best:
             best, tightest = float(judged.margin[i]), int(batch.index[i])
+        done = int(batch.index[-1]) + 1
     return _Chunk(stop - start, found, best if tightest is not None else None, tightest, start, upto, checked)
 
 
@@ -101,17 +110,16 @@ class Exhaustive:
     symbolic = False
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
-        total = problem.task.total
-        if total > LIMIT:
-            return f"{total} inputs is beyond enumeration (limit 2^{int(math.log2(LIMIT))})"
+        size = opts.size(problem.task.total)
+        if size > LIMIT:  # a range of a larger space is bounded, and allowed
+            return (f"{size} inputs is beyond enumeration (limit 2^{int(math.log2(LIMIT))} in one run; "
+                    f"--start/--stop select a part)")
         return None
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
         t0 = time.monotonic()
         stop = problem.task.total if opts.stop is None else opts.stop
         start = opts.start
-        ev = make_evaluator(problem.model, problem.arith)
-        _STATE.update(task=problem.task, evaluator=ev, limit=max(1, opts.max_counterexamples))
         chunks = [(a, min(a + CHUNK, stop)) for a in range(start, stop, CHUNK)]
         cluster = opts.cluster if opts.cluster is not None and not opts.cluster.serial else None
         workers = opts.workers or (min(2, os.cpu_count() or 1) if stop - start > PARALLEL_ABOVE else 1)
@@ -129,18 +137,24 @@ class Exhaustive:
                 opts.progress(Tick(result.covered, stop - start))
             return len(result.found) >= opts.max_counterexamples
 
+        ev = None
         try:
+            opts.deadline.check()  # the tables are not worth building past it
+            ev = make_evaluator(problem.model, problem.arith)
+            limit = max(1, opts.max_counterexamples)
+            _STATE.update(task=problem.task, evaluator=ev, limit=limit)
             if cluster is not None:
-                shared, limit = cluster.scatter(problem), _STATE["limit"]
+                shared = cluster.scatter(problem)
                 self._in_order(chunks, 2 * cluster.slots,
                                lambda a, b: cluster.submit(_check_remote, shared, limit, a, b),
                                take, opts.deadline, result)
             elif workers == 1:
                 for a, b in chunks:
-                    if opts.deadline.expired():
-                        result.status = "timeout"
+                    chunk = _check_range(problem.task, ev, limit, a, b, opts.deadline)
+                    if take(chunk):
                         break
-                    if take(_check(a, b)):
+                    if chunk.timed_out:
+                        result.status = "timeout"
                         break
             else:
                 pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
@@ -148,13 +162,16 @@ class Exhaustive:
                     self._in_order(chunks, 2 * workers, lambda a, b: pool.apply_async(_check, (a, b)), take,
                                    opts.deadline, result)
                 finally:
-                    pool.terminate()
-                    pool.join()
+                    with shielded():  # no worker outlives the run
+                        pool.terminate()
+                        pool.join()
+        except TimedOut:
+            result.status = "timeout"
         except KeyboardInterrupt:
             result.status = "interrupted"
         result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
                         "seconds": time.monotonic() - t0,
-                        "layer0_logit_table": getattr(ev.tables, "logits", None) is not None}
+                        "layer0_logit_table": getattr(getattr(ev, "tables", None), "logits", None) is not None}
         if cluster is not None:
             result.stats["cluster"] = cluster.describe()
         return result

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import z3
 
-from ..budget import TimedOut
+from ..budget import Deadline, TimedOut
 from ..encoding import encode
 from .. import solvers
 from ..errors import InputError, InternalError
@@ -55,6 +55,7 @@ class Smt:
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
         t0 = time.monotonic()
+        opts.deadline.check()  # the tables are not worth building past it (`engines._run`)
         fresh_context()
         task = problem.task
         ev = make_evaluator(problem.model, problem.arith)
@@ -93,7 +94,7 @@ class Smt:
                 else:
                     stats["decided_by_solver"] += 1
                     ts = time.monotonic()
-                    inputs, status = self._solve(enc, want, opts.deadline.left(), totals, opts.solver,
+                    inputs, status = self._solve(enc, want, opts.deadline, totals, opts.solver,
                                                  self._export(opts, stats["cases"], case.name, enc))
                     stats["solver_seconds"] += time.monotonic() - ts
                     if status != "sat" and status != "unsat":  # out of time, or z3 gave up
@@ -161,12 +162,14 @@ class Smt:
         return [*enc.sfx.domain_constraints(), enc.fail.expr]
 
     @classmethod
-    def _solve(cls, enc, want: int, left: Optional[float], totals: dict, solver_name: str = "z3",
+    def _solve(cls, enc, want: int, deadline: Deadline, totals: dict, solver_name: str = "z3",
                text: Optional[str] = None) -> tuple[list[list[int]], str]:
         """Up to `want` failing inputs of the case, and "unsat" (no more), "sat" (found `want`),
-        "timeout", or the solver's reason for answering unknown.  z3 catches SIGINT itself and
-        answers unknown; that is raised here as the KeyboardInterrupt it was.  Another solver (or
-        the portfolio) decides the case from its SMT-LIB text; further counterexamples are z3's."""
+        "timeout", or the solver's reason for answering unknown.  Every solve gets the time left
+        to the deadline as its own timeout.  z3 catches SIGINT itself and answers unknown; that is
+        raised here as the KeyboardInterrupt it was.  Another solver (or the portfolio) decides the
+        case from its SMT-LIB text; further counterexamples are z3's."""
+        left = deadline.left()
         if left is not None and left <= 0:
             return [], "timeout"
         S = enc.sfx
@@ -182,12 +185,15 @@ class Smt:
             if len(found) >= want:
                 return found, "sat"
         solver = z3.SolverFor("QF_BV") if S.theory == "bv" else z3.Solver()
-        if left is not None:
-            solver.set("timeout", max(1, int(left * 1000)))
         solver.add(*cls._assertions(enc))
         for tokens in found:  # another solver's answer: z3 looks for the next one
             cls._block(solver, S, tokens)
         while len(found) < want:
+            left = deadline.left()
+            if left is not None:
+                if left <= 0:
+                    return found, "timeout"
+                solver.set("timeout", max(1, int(left * 1000)))
             answer = solver.check()
             st = solver.statistics()
             for key in st.keys():
