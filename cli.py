@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import sys
@@ -93,17 +92,7 @@ def arithmetic_options(fn):
     return fn
 
 
-SMT_ENGINES = [name for name in ENGINES if name.startswith("smt")]
-
-
-def run_options(command):
-    @functools.wraps(command)
-    def fn(*args, engine, smtlib, **kwargs):
-        if smtlib is not None and engine not in SMT_ENGINES:  # another engine would write nothing there
-            raise click.UsageError(f"--smtlib writes the SMT engine's cases: it needs --engine "
-                                   f"{', '.join(SMT_ENGINES)} (not {engine})")
-        return command(*args, engine=engine, smtlib=smtlib, **kwargs)
-
+def run_options(fn):
     for opt in reversed([
         click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True),
         click.option("--solver", type=click.Choice(SOLVER_CHOICES), default="z3", show_default=True,

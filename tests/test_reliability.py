@@ -21,7 +21,7 @@ from verifier.arithmetic import FixedPoint
 from verifier.budget import Deadline, TimedOut
 from verifier.encoding import encode, threshold_code
 from verifier.engines.smt import Smt
-from verifier.errors import InternalError
+from verifier.errors import InputError, InternalError
 from verifier.evaluator import Evaluator
 from verifier.symbolic import SymFX
 
@@ -281,14 +281,19 @@ def test_bad_sizes_and_numbers_are_refused_before_work(capsys, args, message):
     (("idxl", "--N", 3, "--p", 8, "--engine", "exhaustive", "--smtlib"),
      "--smtlib writes the SMT engine's cases: it needs --engine smt, smt-bv, smt-int (not exhaustive)"),
     (("idxl", "--N", 3, "--p", 8, "--smtlib"), "it needs --engine smt, smt-bv, smt-int (not auto)"),
-    (("run", "--model", "m.npz", "--task", "idxl", "--N", 3, "--p", 8, "--engine", "bounds", "--smtlib"),
-     "(not bounds)"),
 ])
 def test_options_that_would_do_nothing_are_refused(capsys, tmp_path, args, message):
     """A negative count, and an SMT-LIB directory for an engine that writes none, were taken silently."""
     args = args + ((tmp_path / "smtlib",) if args[-1] == "--smtlib" else ())
     code, out, err = run(capsys, *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1 and out == "", err
+    assert not (tmp_path / "smtlib").exists()
+
+
+@pytest.mark.parametrize("engine", ["auto", "exhaustive", "bounds"])
+def test_the_library_refuses_an_smtlib_directory_that_no_engine_would_write(tmp_path, engine):
+    with pytest.raises(InputError, match=f"--smtlib writes the SMT engine's cases.*not {engine}"):
+        verifier.prove("idxl", N=3, p=8, engine=engine, smtlib=str(tmp_path / "smtlib"))
     assert not (tmp_path / "smtlib").exists()
 
 
@@ -304,3 +309,11 @@ def test_a_proof_of_a_width_0_model_is_sample_checked():
     model.readout.b_U[:] = [1.0, -1.0]
     result = verifier.run(Problem(task, model, FixedPoint(8)), "smt")
     assert model.d == 0 and result.verdict == "proved" and result.engine_stats["sample_check"]["inputs"] > 0
+
+
+def test_a_partial_run_over_more_inputs_than_python_prints_gives_its_reason():
+    """Dyck-(2,2) at N = 8000 has more than 10^4300 inputs, beyond what int -> str prints: the reason
+    of an unknown over part of them was an internal error."""
+    r = verifier.prove("dyck22", N=8000, p=8, variant="recurrent", engine="exhaustive", stop=2)
+    assert r.verdict == "unknown" and r.covered == 2
+    assert r.reason.startswith("the range 0..2 is part of the ") and "e+48" in r.reason

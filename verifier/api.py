@@ -21,11 +21,11 @@ from . import interrupts, solvers
 from .arithmetic import Fixed, make_format
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
-from .engines import EngineResult, Found, Problem, RunOptions, Tick, decide, plan
+from .engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from .errors import InputError, InternalError
 from .evaluator import Evaluator, Outputs, RecurrentEvaluator, read_from, reference, trace
 from .model import Model, Recurrent, weights_sha256
-from .result import Counterexample, Result
+from .result import Counterexample, Result, count_text
 from .sample_check import sample_check
 from .tasks import Task, canonical, make_task
 from .tasks.base import NO_ANSWER
@@ -171,7 +171,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     total = problem.task.total
     stop = total if stop is None else stop
     if not 0 <= start <= stop <= total:
-        raise InputError(f"the range {start}..{stop} is not inside 0..{total}")
+        raise InputError(f"the range {count_text(start)}..{count_text(stop)} is not inside 0..{count_text(total)}")
     if not 1 <= max_counterexamples <= MAX_COUNTEREXAMPLES:
         raise InputError(f"--max-counterexamples must be in 1..{MAX_COUNTEREXAMPLES:,} (each one is replayed "
                          f"with its trace), got {max_counterexamples}")
@@ -179,6 +179,9 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     deadline = deadline if deadline is not None else Deadline(timeout)
     solvers.check_choice(solver)
     if smtlib is not None:
+        smt = [name for name in ENGINES if name.startswith("smt")]
+        if engine not in smt:  # another engine would write nothing there
+            raise InputError(f"--smtlib writes the SMT engine's cases: it needs --engine {', '.join(smt)} (not {engine})")
         Path(smtlib).mkdir(parents=True, exist_ok=True)
     opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster, solver, smtlib)
     whole = (start, stop) == (0, total)
@@ -268,7 +271,7 @@ def _unknown_reason(status: str, er, deadline: Deadline, start: int, stop: int, 
     elif status == "incomplete":
         reason = f"the solver answered unknown ({er.stats.get('solver_reason') or 'no reason given'})"
     else:
-        reason = f"the range {start}..{stop} is part of the {total} inputs"
+        reason = f"the range {count_text(start)}..{count_text(stop)} is part of the {count_text(total)} inputs"
     if er.stats.get("unfinished_case"):
         reason += f"; unfinished case {er.stats['unfinished_case']}"
     reason += f"; covered inputs {start}..{start + er.covered}"

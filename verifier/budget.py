@@ -212,12 +212,6 @@ def working_memory(cap: float) -> float:
     return min(float(cap), WORKING_SHARE * available_memory())
 
 
-def require_weights(what: str, d: int, rows: int) -> None:
-    """A model whose matrices have `rows` rows of width d in all: float64 weights, their int64
-    codes, and room for one more copy while they are built."""
-    require_memory(3 * 8 * float(d) * float(rows), what)
-
-
 def max_workers() -> int:
     return WORKERS_PER_CORE * (os.cpu_count() or 1)
 
