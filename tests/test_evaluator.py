@@ -111,3 +111,21 @@ def test_overflow_location_is_reported():
     ev = Evaluator(build(16), FixedPoint(5, overflow="error"), tables=False)
     out, _ = trace(ev, np.array([0, 2]))
     assert out.ovf[0] and any("W_Q" in w for w in out.where)
+
+
+def test_a_sample_evaluator_builds_layer0_tables_only_under_its_cap(monkeypatch):
+    """The sample check of a proof evaluates a few hundred inputs: at index lookup N = 512 the layer-0
+    tables took 8 GB for them.  Above SAMPLE_TABLES bytes the sample evaluator reads the weights
+    instead, with the same codes."""
+    import verifier.evaluator as evaluator
+    rng = np.random.default_rng(0)
+    model = random_model(rng, 3, 5)
+    fx = FixedPoint(8, 4)
+    tokens = rng.integers(0, 3, (64, 5))
+    with_tables = evaluator.fitting_evaluator(model, fx)
+    assert with_tables.tables is not None
+    monkeypatch.setattr(evaluator, "SAMPLE_TABLES", 8)
+    without = evaluator.fitting_evaluator(model, fx)
+    assert without.tables is None
+    a, b = with_tables.forward(tokens), without.forward(tokens)
+    assert np.array_equal(a.scores, b.scores) and np.array_equal(a.ovf, b.ovf)

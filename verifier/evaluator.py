@@ -33,7 +33,7 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Arithmetic, Ctx, Fixed, Real, Recorder
-from .budget import require_memory
+from .budget import TooLarge, fmt_bytes, require_memory
 from .errors import InputError
 from .model import Model, Recurrent
 from .tasks.base import NO_ANSWER
@@ -289,11 +289,11 @@ class _Reader:
 class Evaluator(_Reader):
     """Quantizes a model once into an arithmetic and evaluates batches of token sequences."""
 
-    def __init__(self, model: Model, arith: Arithmetic, tables: bool = True):
+    def __init__(self, model: Model, arith: Arithmetic, tables: bool = True, table_cap: Optional[float] = None):
         self._quantize(model, arith, model.max_len)
         self._cols: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
         if tables:
-            self._require_tables()
+            self._require_tables(table_cap)
         self.tables = self._build_tables() if tables else None
 
     def batch_size(self, L: int) -> int:
@@ -335,15 +335,19 @@ class Evaluator(_Reader):
                 self._cols[key] = (W[:, cols], cols, False)
         return self._cols[key]
 
-    def _require_tables(self) -> None:
+    def _require_tables(self, cap: Optional[float]) -> None:
         """The layer-0 tables hold, per (position, token) row, the embedding and each head's q, k, v;
-        the largest temporary is one linear map's products (rows x outputs x columns read)."""
+        the largest temporary is one linear map's products (rows x outputs x columns read).
+        TooLarge beyond this machine's memory, or beyond `cap` bytes."""
         q = self.q
         R = len(q.vocab) * q.max_len
         heads = q.layers[0].heads
         per_row = q.d + sum(2 * h.W_Q.shape[0] + h.W_V.shape[0] for h in heads)
         widest = max(self._plan(W)[0].size for h in heads for W in (h.W_Q, h.W_K, h.W_V))
-        require_memory(8.0 * R * (per_row + 2 * widest), f"the layer-0 tables ({R:,} (position, token) rows)")
+        nbytes, what = 8.0 * R * (per_row + 2 * widest), f"the layer-0 tables ({R:,} (position, token) rows)"
+        if cap is not None and nbytes > cap:
+            raise TooLarge(f"{what} need about {fmt_bytes(nbytes)}, more than the {fmt_bytes(cap)} allowed here")
+        require_memory(nbytes, what)
 
     def _lin(self, W: np.ndarray, x: np.ndarray, b, ctx: Ctx, name: str) -> np.ndarray:
         Wc, cols, gathered = self._plan(W)
@@ -571,11 +575,17 @@ def trace(ev: Evaluator | RecurrentEvaluator, tokens: np.ndarray) -> tuple[Outpu
     return out, values
 
 
+SAMPLE_TABLES = 1 << 30  # bytes: beyond, tables cost more than the few inputs of a sample they speed up
+
+
 def fitting_evaluator(model: Model | Recurrent, arith: Arithmetic) -> Evaluator | RecurrentEvaluator:
-    """The batched evaluator with its layer-0 tables when they fit in memory, else on the generic
-    path (the same codes, computed from the weights for every input)."""
-    try:
+    """The batched evaluator for a sample of inputs (a proof's sample check, the bounds engine's
+    leaves): with its layer-0 tables when they take at most SAMPLE_TABLES bytes, else on the
+    generic path (the same codes, computed from the weights for every input)."""
+    if isinstance(model, Recurrent):
         return make_evaluator(model, arith)
+    try:
+        return Evaluator(model, arith, table_cap=SAMPLE_TABLES)
     except InputError:
         return make_evaluator(model, arith, tables=False)
 
