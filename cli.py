@@ -19,7 +19,7 @@ import click
 import verifier
 from verifier import exact, interrupts, plots, report, separation, shapes
 from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, FixedPoint, make_format, parse_format
-from verifier.budget import Deadline
+from verifier.budget import Deadline, TimedOut
 from verifier.cache import Cache, default_path as default_cache_path
 from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
 from verifier.cluster import Cluster
@@ -42,6 +42,7 @@ from verifier.synthesis import synthesize
 from verifier.sweep import format_frontier, frontier, new_output, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
+from verifier.usercode import time_limit
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
@@ -290,8 +291,9 @@ def run_cmd(model_path, task_name, N, fmt, p, f, rounding, overflow, accumulate,
     deadline = Deadline(timeout)
     parse_format(fmt)  # a bad --format fails before the model file is read
     model = verifier.load_model(model_path)
-    problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
-                                     accumulate=accumulate, model=model, **options)
+    with time_limit(deadline):  # a reference function is the user's code: --timeout bounds it
+        problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
+                                         accumulate=accumulate, model=model, **options)
     return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
                   trace, solver, smtlib)
 
@@ -504,7 +506,8 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
         if given or (variant, k, eta) != (None, None, None):
             raise InputError(f"a Tracr program takes no task or construction options "
                              f"({', '.join(given) or '--variant, --k, --eta'})")
-        compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
+        with time_limit(Deadline(timeout)):  # compiling is building the runs, which --timeout bounds
+            compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
         return sweep_frontier(compiled.task, [max_len], ps, f_range, model=compiled.model, **arith, **rest)
     if program is not None or max_len is not None:
         raise InputError("--program and --max-len are for verify sweep tracr")
@@ -545,7 +548,8 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     deadline = Deadline(timeout)
     ps = parse_range(p_range, "--p")
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
-    compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
+    with time_limit(deadline):
+        compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
     if save:
         click.echo(f"wrote {verifier.save_model(compiled.model, save)}", err=True)
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
@@ -814,7 +818,8 @@ def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_pa
     deadline = Deadline(timeout)
     if dump:
         prepare_dump_dir(dump)
-    problem = verifier.build_problem(task_name, N=N, model=verifier.load_model(model_path), **arith, **task_opts)
+    with time_limit(deadline):
+        problem = verifier.build_problem(task_name, N=N, model=verifier.load_model(model_path), **arith, **task_opts)
     result = refute(problem, method, seed=seed, max_counterexamples=max_counterexamples,
                     certificates_budget=budget, deadline=deadline)
     dumps = write_dumps(result, dump, {"argument": result.argument, "certificate": result.certificate}) \
@@ -859,9 +864,10 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
     construction = dict(variant=variant, eta=eta, seed=seed) if model is None else {}
     if model is not None and (variant, eta) != (None, None):
         raise InputError("--variant and --eta set a built-in construction's parameters; they do not apply to --model")
-    problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
-                                     accumulate=accumulate, model=model, **construction,
-                                     **{key: v for key, v in options.items() if v is not None})
+    with time_limit(deadline):
+        problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
+                                         accumulate=accumulate, model=model, **construction,
+                                         **{key: v for key, v in options.items() if v is not None})
     result = count_errors(problem, method, samples=samples, seed=sample_seed, confidence=confidence, replays=replays,
                           workers=workers, deadline=deadline)
     click.echo(json.dumps(result.to_json(), indent=2) if as_json else result.summary())
@@ -982,6 +988,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"verify: error: {exc.format_message()}", err=True)
         return 2
+    except TimedOut as exc:  # the deadline passed before there was a run to give its verdict
+        click.echo(f"verify: unknown: {exc or 'the timeout passed before a verdict'}", err=True)
+        return 3
     except InputError as exc:  # one line, even when it quotes another tool's multi-line message
         click.echo("verify: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()),
                    err=True)

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import interrupts, solvers
+from . import interrupts, solvers, usercode
 from .arithmetic import Fixed, make_format
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
@@ -279,7 +279,9 @@ def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexampl
     """Build the problem (see `build_problem`) and decide it: ``prove("idxl", N=16, p=12)``.
     The timeout covers the building too."""
     deadline = Deadline(timeout)
-    return run(build_problem(task, **problem), engine, max_counterexamples=max_counterexamples, start=start,
+    with usercode.time_limit(deadline):  # a reference function is the user's code: the timeout bounds it
+        built = build_problem(task, **problem)
+    return run(built, engine, max_counterexamples=max_counterexamples, start=start,
                stop=stop, workers=workers, progress=progress, deadline=deadline, solver=solver, smtlib=smtlib)
 
 

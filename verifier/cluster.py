@@ -21,7 +21,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from . import usercode
 from .api import run
+from .budget import Deadline
 from .cache import Cache, run_key
 from .engines import Problem
 from .errors import InputError, InternalError
@@ -188,7 +190,8 @@ class Cluster:
         def runs() -> Iterator[tuple[int, tuple]]:
             for i, job in enumerate(jobs):
                 try:
-                    problem = job.build()
+                    with usercode.time_limit(Deadline(job.timeout)):  # the user's code in it (a reference)
+                        problem = job.build()
                 except (InputError, InternalError) as exc:
                     ready.append((i, exc))
                     continue

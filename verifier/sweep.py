@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional, TextIO
 
-from . import interrupts
+from . import interrupts, usercode
 from .api import build_problem
 from .arithmetic import FixedPoint
+from .budget import Deadline
 from .cache import Cache, option_files
 from .cluster import Cluster, Job
 from .errors import InputError
@@ -138,7 +139,8 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
         if int_bits is not None and not 0 <= p - int_bits <= p:
             raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
-    build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
+    with usercode.time_limit(Deadline(timeout)):
+        build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     points = [(N, p) for N in Ns for p in ps]
     name = task if isinstance(task, str) else task.name
     files = option_files(name, problem) if isinstance(task, str) else {}
