@@ -31,6 +31,7 @@ from verifier.engines import ENGINES
 from verifier.solvers import CHOICES as SOLVER_CHOICES
 from verifier.errata import run_errata, to_json as errata_json, to_markdown as errata_markdown
 from verifier.errors import InputError, InternalError
+from verifier.files import new_file
 from verifier.importers.tracr import compile_program
 from verifier.importers.transformer_lens import convert as convert_state_dict
 from verifier.model import META_SCHEMA
@@ -39,7 +40,7 @@ from verifier.result import count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.synthesis import synthesize
-from verifier.sweep import format_frontier, frontier, new_output, parse_range
+from verifier.sweep import format_frontier, frontier, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
 from verifier.usercode import time_limit
@@ -414,7 +415,7 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
                 (output and not output.endswith(".json")):
             raise InputError("a range of --f takes one N, no --int-bits or --plot, and -o FILE.json or "
                              "--json only")
-        with new_output(output) if output else contextlib.nullcontext() as fh:
+        with new_file(output) if output else contextlib.nullcontext() as fh:
             table = format_frontier(task, Ns[0], ps, fs, cache=open_cache(cache_path, no_cache), scheduler=scheduler,
                                     progress=lambda line: click.echo(line, err=True), **problem)
             if fh is not None:
@@ -428,7 +429,7 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
     if plot_path:
         plots.check_output(plot_path)
     cache = open_cache(cache_path, no_cache)
-    with new_output(output) if output else contextlib.nullcontext() as fh:
+    with new_file(output) if output else contextlib.nullcontext() as fh:
         fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
                       progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
         click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
@@ -631,7 +632,7 @@ def report_cmd(path, output):
     kind, doc = report.load(path)
     if not output.endswith((".html", ".htm")):
         raise InputError("-o must end in .html")
-    with new_output(output) as fh:
+    with new_file(output) as fh:
         fh.write(report.render(kind, doc, source=Path(path).name))
     click.echo(f"wrote {output} ({kind} report)")
     return 0

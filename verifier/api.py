@@ -332,6 +332,18 @@ def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | Recur
         saturated_at=list(t.out.saturated_at))
 
 
+def failure_at(problem: Problem, index: int) -> Optional[Counterexample]:
+    """The input at enumeration `index`, decided anew on the evaluator's generic path: its replayed
+    counterexample when the model fails it; None when it is right or not an input of the task."""
+    tokens = problem.task.decode(index)
+    answers, valid = problem.task.evaluate(tokens[None, :])
+    if not valid[0]:
+        return None
+    quantized = make_evaluator(problem.model, problem.arith, tables=False)
+    judged = quantized.judge(quantized.forward(tokens[None, :]), answers)
+    return replay(problem, Found.of(judged, 0, index, tokens), quantized) if judged.failed[0] else None
+
+
 def _claim(problem: Problem, expected: int, produced: int, reason: Optional[str], position: Optional[int]) -> str:
     at = f"at position {position}: " if position is not None else ""
     return (f"{at}expected {answer_name(problem, expected)}, produced {answer_name(problem, produced)} "

@@ -22,6 +22,7 @@ import numpy as np
 
 from .dump import departure_text
 from .errors import InputError
+from .files import new_file
 from .tasks import canonical
 
 FORMATS = (".png", ".svg")
@@ -143,11 +144,8 @@ def save(fig, path: str | Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower()[1:])
     _pyplot().close(fig)
-    try:
-        with open(path, "xb") as fh:
-            fh.write(buf.getvalue())
-    except FileExistsError:
-        raise InputError(f"{path} exists; refusing to overwrite it") from None
+    with new_file(path, binary=True) as fh:
+        fh.write(buf.getvalue())
     return path
 
 

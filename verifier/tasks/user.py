@@ -40,7 +40,7 @@ import numpy as np
 from .. import usercode
 from ..budget import require_memory
 from ..errors import InputError
-from ..schema import parse_json, regular_file
+from ..schema import parse_json, regular_file, user_file
 from .base import DATASET_HELP, NO_ANSWER, Batch, Case, Checked, TaskOption, Vocabulary
 from .product import ProductTask
 
@@ -291,10 +291,9 @@ class DatasetTask(Vocabulary):
 
     def __post_init__(self) -> None:
         self.vocab = _size_and_vocab(self.N, self.vocab, self.dataset, "--dataset FILE.jsonl")
-        path = regular_file(self.dataset, "dataset file")
-        if path.stat().st_size > MAX_DATASET_BYTES:
-            raise InputError(f"dataset file {path} has {path.stat().st_size:,} bytes; at most {MAX_DATASET_BYTES:,}")
-        every, kinds, lines = _read_dataset(path, {t: i for i, t in enumerate(self.vocab)}, self.vocab)
+        path = Path(self.dataset)
+        text, self.sha256 = user_file(path, "dataset file", MAX_DATASET_BYTES)  # read once: the bytes it is built from
+        every, kinds, lines = _read_dataset(text, path, {t: i for i, t in enumerate(self.vocab)}, self.vocab)
         # a line whose answers are all null is not an input
         rows = {key: names for key, names in every.items() if len(key) <= self.N and any(n is not None for n in names)}
         if not rows:
@@ -334,7 +333,8 @@ class DatasetTask(Vocabulary):
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "dataset": self.path, "vocab": self.vocab, "classes": self.class_names,
                 "inputs": f"the file's {self._total} inputs of length <= {self.N} ({self.file_lines} lines)",
-                "answer": "at every position" if self.per_position else "one"}
+                "answer": "at every position" if self.per_position else "one",
+                "dataset_sha256": self.sha256}  # the bytes it was built from: a verdict cache keys on them
 
     def _found(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row within its length, found) for a batch (B, n) of one length."""
@@ -390,39 +390,35 @@ class DatasetTask(Vocabulary):
         return self.class_names[answer] if 0 <= answer < self.num_classes else f"<{answer}>"
 
 
-def _read_dataset(path: Path, ids: dict[str, int], vocab: list[str]) -> tuple[dict, set, int]:
-    """(token ids -> answer names, whether lines have 'answers', non-empty lines) of a dataset file."""
+def _read_dataset(text: str, path: Path, ids: dict[str, int], vocab: list[str]) -> tuple[dict, set, int]:
+    """(token ids -> answer names, whether lines have 'answers', non-empty lines) of a dataset file's text."""
     rows, kinds, lines = {}, set(), 0
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                lines += 1
-                where = f"dataset file {path}, line {no}"
-                item = parse_json(line, where)
-                if not isinstance(item, dict) or "input" not in item or len(item) != 2 or \
-                        not ({"answer", "answers"} & set(item)):
-                    raise InputError(f"{where}: expected {{\"input\": [...], \"answer\": ...}} or "
-                                     f"{{\"input\": [...], \"answers\": [...]}}")
-                tokens = item["input"]
-                if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t in ids
-                                                                          for t in tokens):
-                    raise InputError(f"{where}: input must be a non-empty list of tokens of --vocab "
-                                     f"({','.join(vocab)}), got {tokens!r}")
-                kinds.add("answers" in item)
-                if "answers" in item:
-                    if not isinstance(item["answers"], list) or len(item["answers"]) != len(tokens):
-                        raise InputError(f"{where}: answers must be a list with one answer per input token")
-                    names = tuple(None if a is None else answer_name(a, where) for a in item["answers"])
-                else:
-                    names = (answer_name(item["answer"], where),)
-                key = tuple(ids[t] for t in tokens)
-                if rows.get(key, names) != names:
-                    raise InputError(f"{where}: the input {' '.join(tokens)} is in the file with another answer")
-                rows[key] = names
-    except UnicodeDecodeError:
-        raise InputError(f"dataset file {path} is not UTF-8 text") from None
+    for no, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        lines += 1
+        where = f"dataset file {path}, line {no}"
+        item = parse_json(line, where)
+        if not isinstance(item, dict) or "input" not in item or len(item) != 2 or \
+                not ({"answer", "answers"} & set(item)):
+            raise InputError(f"{where}: expected {{\"input\": [...], \"answer\": ...}} or "
+                             f"{{\"input\": [...], \"answers\": [...]}}")
+        tokens = item["input"]
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t in ids
+                                                                  for t in tokens):
+            raise InputError(f"{where}: input must be a non-empty list of tokens of --vocab "
+                             f"({','.join(vocab)}), got {tokens!r}")
+        kinds.add("answers" in item)
+        if "answers" in item:
+            if not isinstance(item["answers"], list) or len(item["answers"]) != len(tokens):
+                raise InputError(f"{where}: answers must be a list with one answer per input token")
+            names = tuple(None if a is None else answer_name(a, where) for a in item["answers"])
+        else:
+            names = (answer_name(item["answer"], where),)
+        key = tuple(ids[t] for t in tokens)
+        if rows.get(key, names) != names:
+            raise InputError(f"{where}: the input {' '.join(tokens)} is in the file with another answer")
+        rows[key] = names
     if len(kinds) > 1:
         raise InputError(f"dataset file {path} mixes 'answer' and 'answers' lines: one kind per file")
     return rows, kinds, lines
