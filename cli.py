@@ -433,6 +433,7 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
         fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
                       progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
         click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
+                                             + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
                                              if cache is not None else ""), err=True)
         render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
         if fh is not None:

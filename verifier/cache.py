@@ -146,7 +146,7 @@ class Cache:
                 problem_with_it = f"cannot be read ({type(exc).__name__}: {exc})"
         if problem_with_it is not None:
             self.rejected += 1
-            self.warn(f"cache {self.path}: the row of {problem.task.name} "
+            self.warn(f"cache {self.path}: the row of {problem.task.name} N={problem.task.describe().get('N')} at "
                       f"{problem.arith.label()} {problem_with_it}: not used, deciding the run again")
             return None
         self.hits += 1
