@@ -32,6 +32,7 @@ from verifier.solvers import CHOICES as SOLVER_CHOICES
 from verifier.errata import CLAIMS as ERRATA_CLAIMS, run_errata, select as errata_select, to_json as errata_json, \
     to_markdown as errata_markdown, to_text as errata_text
 from verifier.errors import InputError, InternalError
+from verifier.files import new_file
 from verifier.importers.tracr import compile_program
 from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert as convert_state_dict
 from verifier.model import META_SCHEMA
@@ -40,9 +41,10 @@ from verifier.result import EXIT_CODES, count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.synthesis import synthesize
-from verifier.sweep import format_frontier, frontier, new_output, parse_range
+from verifier.sweep import format_frontier, frontier, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
+from verifier.usercode import time_limit
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
@@ -292,7 +294,7 @@ def run_cmd(model_path, task_name, N, fmt, p, f, rounding, overflow, accumulate,
     """Verify a model from a file (docs/model-format.md) on a task."""
     deadline = Deadline(timeout)
     parse_format(fmt)  # a bad --format fails before the model file is read
-    with deadline.enforced():
+    with deadline.enforced(), time_limit(deadline):  # a reference function is the user's code: --timeout bounds it
         model = verifier.load_model(model_path)
         problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
                                          accumulate=accumulate, model=model, **options)
@@ -416,7 +418,7 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
                 (output and not output.endswith(".json")):
             raise InputError("a range of --f takes one N, no --int-bits or --plot, and -o FILE.json or "
                              "--json only")
-        with new_output(output) if output else contextlib.nullcontext() as fh:
+        with new_file(output) if output else contextlib.nullcontext() as fh:
             table = format_frontier(task, Ns[0], ps, fs, cache=open_cache(cache_path, no_cache), scheduler=scheduler,
                                     progress=lambda line: click.echo(line, err=True), **problem)
             if fh is not None:
@@ -430,11 +432,12 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
     if plot_path:
         plots.check_output(plot_path)
     cache = open_cache(cache_path, no_cache)
-    with new_output(output) if output else contextlib.nullcontext() as fh, \
-            new_output(plot_path, binary=True) if plot_path else contextlib.nullcontext() as figure:
+    with new_file(output) if output else contextlib.nullcontext() as fh, \
+            new_file(plot_path, binary=True) if plot_path else contextlib.nullcontext() as figure:
         fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
                       progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
         click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
+                                             + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
                                              if cache is not None else ""), err=True)
         render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
         if fh is not None:
@@ -509,7 +512,8 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
         if given or (variant, k, eta) != (None, None, None):
             raise InputError(f"a Tracr program takes no task or construction options "
                              f"({', '.join(given) or '--variant, --k, --eta'})")
-        compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
+        with time_limit(Deadline(timeout)):  # compiling is building the runs, which --timeout bounds
+            compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
         return sweep_frontier(compiled.task, [max_len], ps, f_range, model=compiled.model, **arith, **rest)
     if program is not None or max_len is not None:
         raise InputError("--program and --max-len are for verify sweep tracr")
@@ -550,7 +554,8 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     deadline = Deadline(timeout)
     ps = parse_range(p_range, "--p")
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
-    compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
+    with time_limit(deadline):
+        compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
     if save:
         click.echo(f"wrote {verifier.save_model(compiled.model, save)}", err=True)
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
@@ -634,7 +639,7 @@ def report_cmd(path, output):
     kind, doc = report.load(path)
     if not output.endswith((".html", ".htm")):
         raise InputError("-o must end in .html")
-    with new_output(output) as fh:
+    with new_file(output) as fh:
         fh.write(report.render(kind, doc, source=Path(path).name))
     click.echo(f"wrote {output} ({kind} report)")
     return 0
@@ -834,7 +839,7 @@ def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_pa
     deadline = Deadline(timeout)
     if dump:
         prepare_dump_dir(dump)
-    with deadline.enforced():
+    with deadline.enforced(), time_limit(deadline):
         problem = verifier.build_problem(task_name, N=N, model=verifier.load_model(model_path), **arith, **task_opts)
     result = refute(problem, method, seed=seed, max_counterexamples=max_counterexamples,
                     certificates_budget=budget, deadline=deadline, engine=engine, start=start, stop=stop)
@@ -876,12 +881,11 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
     estimated from uniform draws with a Clopper-Pearson interval, a sample of the failures replayed
     (docs/count.md).  Exit 1 when an error was found, 0 when an exact count found none, 3 otherwise."""
     deadline = Deadline(timeout)
-    with deadline.enforced():
-        model = verifier.load_model(model_path) if model_path else None
-        construction = dict(variant=variant, eta=eta, seed=seed) if model is None else {}
-        if model is not None and (variant, eta) != (None, None):
-            raise InputError("--variant and --eta set a built-in construction's parameters; they do not apply to "
-                             "--model")
+    model = verifier.load_model(model_path) if model_path else None
+    construction = dict(variant=variant, eta=eta, seed=seed) if model is None else {}
+    if model is not None and (variant, eta) != (None, None):
+        raise InputError("--variant and --eta set a built-in construction's parameters; they do not apply to --model")
+    with deadline.enforced(), time_limit(deadline):
         problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
                                          accumulate=accumulate, model=model, **construction,
                                          **{key: v for key, v in options.items() if v is not None})
@@ -1033,6 +1037,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"verify: error: {exc.format_message()}", err=True)
         return 2
+    except TimedOut as exc:  # the deadline passed before there was a run to give its verdict
+        click.echo(f"verify: unknown: {exc or 'the timeout passed before a verdict'}", err=True)
+        return 3
     except InputError as exc:  # one line, even when it quotes another tool's multi-line message
         click.echo("verify: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()),
                    err=True)

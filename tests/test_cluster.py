@@ -50,7 +50,7 @@ def test_cache_returns_the_same_verdicts_and_only_verdicts(tmp_path):
     unknown = verifier.run(problem, "exhaustive", timeout=0.2)
     assert unknown.verdict == "unknown"
     cache.put(run_key(problem, "exhaustive"), unknown)
-    assert cache.get(run_key(problem, "exhaustive")) is None
+    assert cache.get(run_key(problem, "exhaustive"), problem) is None
 
 
 def test_a_cached_counterexample_reads_back_as_it_was_found(tmp_path):
@@ -58,7 +58,7 @@ def test_a_cached_counterexample_reads_back_as_it_was_found(tmp_path):
     problem = verifier.build_problem("idxl", N=6, p=12, eta=0.5)
     result = verifier.run(problem, max_counterexamples=2)
     cache.put(run_key(problem, "auto", max_counterexamples=2), result)
-    back = cache.get(run_key(problem, "auto", max_counterexamples=2))
+    back = cache.get(run_key(problem, "auto", max_counterexamples=2), problem)
     assert back.cached and back.verdict == "refuted" and back.to_json() | {"cached": False} == result.to_json()
     assert "read from the verdict cache" in back.summary()
 
@@ -76,18 +76,6 @@ def test_the_key_changes_with_weights_task_arithmetic_engine_range_and_code(tmp_
     cache_mod.code_fingerprint.cache_clear()
     monkeypatch.setattr(cache_mod, "code_fingerprint", lambda: "other code")
     assert run_key(base, "auto") != key
-
-
-def test_the_key_reads_the_bytes_of_files_the_task_names(tmp_path):
-    data = {"alphabet": ["a", "b"], "sequences": [["a", "b"], ["b", "b"]]}
-    path = tmp_path / "d.json"
-    path.write_text(json.dumps(data))
-    files = {"dataset": str(path)}
-    problem = verifier.build_problem("memorization", N=2, p=12, dataset=str(path))
-    key = run_key(problem, "auto", files=files)
-    data["sequences"].reverse()  # the same sequences, the other labels
-    path.write_text(json.dumps(data))
-    assert run_key(problem, "auto", files=files) != key
 
 
 def test_an_unusable_cache_is_an_input_error(tmp_path, capsys):
@@ -195,3 +183,106 @@ def test_an_interrupted_sweep_resumes_from_its_cache(tmp_path, scheduler):
     assert again.returncode == 0 == whole.returncode
     assert again.stderr.count("(cached)") == stored and again.stdout == whole.stdout
     assert f"{stored} of the runs read from the cache" in again.stderr
+
+
+def _as_a_terminal_starts_it(args: list, tmp_path, env=None) -> subprocess.Popen:
+    return subprocess.Popen(args, env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _group(pid: int) -> list[str]:
+    """The live processes of a process group, as `pgrep -a` shows them (zombies, which run nothing, left out)."""
+    lines = subprocess.run(["pgrep", "-a", "-g", str(pid)], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in lines if Path(f"/proc/{line.split()[0]}/stat").exists()
+            and Path(f"/proc/{line.split()[0]}/stat").read_text().split()[2] != "Z"]
+
+
+@needs_dask
+@pytest.mark.parametrize("command,sig,to_group,delay", [
+    ("sweep", signal.SIGINT, True, 0.0), ("sweep", signal.SIGINT, True, 1.5), ("sweep", signal.SIGTERM, False, 0.0),
+    ("idxl", signal.SIGINT, True, 0.0)])
+def test_an_interruption_while_the_local_cluster_starts_is_honoured(tmp_path, command, sig, to_group, delay):
+    """Ctrl-C (to the whole group, as a terminal sends it) or SIGTERM (to verify alone) once the first
+    worker process exists, and `delay` seconds later: the cluster is torn down and the verdict is
+    unknown (exit 3) at once, not after the runs; no traceback."""
+    args = _sweep("--no-cache", "--scheduler", "local") if command == "sweep" else \
+        [sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "14", "--p", "12", "--scheduler", "local"]
+    proc = _as_a_terminal_starts_it(args, tmp_path)
+    while not any("spawn_main" in line for line in _group(proc.pid)):  # a worker is starting
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(delay)
+    os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    cause = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert proc.returncode == 3 and "Traceback" not in err, (out, err)
+    if command == "sweep":
+        assert f"PARTIAL: interrupted ({cause}) with 0 of 8 runs decided" in out
+    else:
+        assert out.startswith("UNKNOWN: ") and f"interrupted ({cause})" in out
+    time.sleep(1)
+    assert _group(proc.pid) == []  # no worker left behind
+
+
+def _listening(pids: set[int]) -> set[tuple[str, int]]:
+    """(address, port) of every listening TCP socket the processes `pids` hold, from /proc/net/tcp[6]."""
+    inodes = set()
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd) if fd.is_symlink() else ""
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            cells = line.split()
+            if cells[3] == "0A" and cells[9] in inodes:  # LISTEN
+                address, port = cells[1].split(":")
+                raw = bytes.fromhex(address)
+                ip = ".".join(str(b) for b in raw[::-1]) if width == 8 else \
+                    ":".join(raw[i:i + 4][::-1].hex() for i in range(0, 16, 4))
+                found.add((ip, int(port, 16)))
+    return found
+
+
+@needs_dask
+def test_a_local_cluster_listens_on_loopback_only_and_serves_no_dashboard(monkeypatch):
+    import urllib.error
+    import urllib.request
+    monkeypatch.delenv("VERIFY_DASHBOARD", raising=False)
+    with Cluster("local") as cluster:
+        cluster._client()
+        pids = {os.getpid()} | _children(os.getpid())
+        listening = _listening(pids)
+        assert len(listening) >= 2 + 2 * cluster.workers  # the scheduler, and each worker: comm and HTTP
+        assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+        try:
+            import psutil
+        except ImportError:
+            pass
+        else:  # the same sockets, as psutil sees them
+            assert {(c.laddr.ip, c.laddr.port) for pid in pids for c in psutil.Process(pid).net_connections("inet")
+                    if c.status == psutil.CONN_LISTEN} == listening
+        port = cluster._local.scheduler.http_server.port
+        for page in ("status", "info/main/workers.html", "json/counts.json", "metrics"):
+            with pytest.raises(urllib.error.HTTPError, match="404"):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/{page}", timeout=10)
+        assert "dashboard" not in cluster.describe()
+    monkeypatch.setenv("VERIFY_DASHBOARD", "0")  # asked for: on loopback, any free port
+    with Cluster("local") as cluster:
+        cluster._client()
+        link = cluster._local.dashboard_link
+        assert link.startswith("http://127.0.0.1:") and urllib.request.urlopen(link, timeout=10).status == 200
+        assert f"dashboard {link}" in cluster.describe()
+    monkeypatch.setenv("VERIFY_DASHBOARD", "everywhere")
+    with pytest.raises(InputError, match="VERIFY_DASHBOARD must be a port"):
+        Cluster("local")._client()
+
+
+def _children(pid: int) -> set[int]:
+    """Every descendant of process `pid`."""
+    kids = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            kids |= {int(child)} | _children(int(child))
+    return kids

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import interrupts, solvers
+from . import interrupts, solvers, usercode
 from .arithmetic import Fixed, make_format
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
@@ -287,7 +287,9 @@ def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexampl
     """Build the problem (see `build_problem`) and decide it: ``prove("idxl", N=16, p=12)``.
     The timeout covers the building too (the command line also stops a building that outlasts it)."""
     deadline = Deadline(timeout)
-    return run(build_problem(task, **problem), engine, max_counterexamples=max_counterexamples, start=start,
+    with usercode.time_limit(deadline):  # a reference function is the user's code: the timeout bounds it
+        built = build_problem(task, **problem)
+    return run(built, engine, max_counterexamples=max_counterexamples, start=start,
                stop=stop, workers=workers, progress=progress, deadline=deadline, solver=solver, smtlib=smtlib)
 
 
@@ -336,6 +338,18 @@ def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | Recur
         real_margin=t.real_margin, trace=t.table,
         position=None if at is None else at + read_from(problem.model),  # in the input, BOS included
         saturated_at=list(t.out.saturated_at))
+
+
+def failure_at(problem: Problem, index: int) -> Optional[Counterexample]:
+    """The input at enumeration `index`, decided anew on the evaluator's generic path: its replayed
+    counterexample when the model fails it; None when it is right or not an input of the task."""
+    tokens = problem.task.decode(index)
+    answers, valid = problem.task.evaluate(tokens[None, :])
+    if not valid[0]:
+        return None
+    quantized = make_evaluator(problem.model, problem.arith, tables=False)
+    judged = quantized.judge(quantized.forward(tokens[None, :]), answers)
+    return replay(problem, Found.of(judged, 0, index, tokens), quantized) if judged.failed[0] else None
 
 
 def _claim(problem: Problem, expected: int, produced: int, reason: Optional[str], position: Optional[int]) -> str:

@@ -45,6 +45,7 @@ import numpy as np
 import z3
 
 from .errors import InputError
+from .files import new_file
 from .tasks.combinatorics import template_name
 
 FORMAT = "verify-certificate"
@@ -361,13 +362,8 @@ def find_certificate(task, seed: int = 0, tries: int = 200) -> Optional[Certific
 
 def save(cert: Certificate, path: str) -> None:
     """Write the certificate as a new JSON file (never overwrites)."""
-    try:
-        with open(path, "x") as fh:
-            json.dump(cert.to_json(), fh, indent=1)
-    except FileExistsError:
-        raise InputError(f"{path} exists; refusing to overwrite it") from None
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+    with new_file(path) as fh:
+        json.dump(cert.to_json(), fh, indent=1)
 
 
 __all__ = ["Certificate", "find_certificate", "certificates", "contradiction", "count_identity_holds", "neighbourhood",

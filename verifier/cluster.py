@@ -18,10 +18,12 @@ import re
 import signal
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from . import usercode
 from .api import run
+from .budget import Deadline
 from .cache import Cache, run_key
 from .engines import Problem
 from .errors import InputError, InternalError
@@ -32,6 +34,10 @@ SERIAL, LOCAL = "serial", "local"
 # run's stack every 10 ms, and slower ticks and system monitoring (measured: runs 40% slower with them)
 QUIET_WORKERS = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
                  "distributed.admin.system-monitor.interval": "5s"}
+# without a dashboard, the scheduler's and workers' HTTP servers (always started, on loopback) serve
+# nothing: no task counts, worker logs or profiles for any local user to read
+NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+LOOPBACK = "127.0.0.1"
 ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$|^[\w.-]+:\d+$")
 
 
@@ -58,13 +64,11 @@ def resolve(scheduler: Optional[str]) -> str:
 @dataclass
 class Job:
     """One run to decide: `api.run(build(), engine, timeout=timeout)`.  The problem is built only
-    when the run is about to go (a sweep's models are not all held, or all sent, at once); `files`
-    are the paths its task's options name, for the cache key."""
+    when the run is about to go (a sweep's models are not all held, or all sent, at once)."""
 
     build: Callable[[], Problem]
     engine: str = "auto"
     timeout: Optional[float] = None
-    files: dict = field(default_factory=dict)
 
 
 class Cluster:
@@ -95,7 +99,9 @@ class Cluster:
             return "serial (this process)"
         where = (f"Dask LocalCluster ({self.workers} single-threaded worker processes)" if self.scheduler == LOCAL
                  else f"Dask scheduler {self.scheduler}")
-        return where if self.started else f"{where}, not started: nothing to run"
+        if self._local is not None and dashboard_address():
+            where += f", dashboard {self._local.dashboard_link}"
+        return where if self.started else f"{where}, not started"
 
     def __enter__(self) -> "Cluster":
         return self
@@ -104,23 +110,9 @@ class Cluster:
         if self.client is not None:
             return self.client
         self.started = True
-        import dask
-        from distributed import Client, LocalCluster
+        from distributed import Client
         if self.scheduler == LOCAL:
-            # the workers start with SIGINT ignored (and keep it): a terminal's Ctrl-C goes to the whole
-            # process group, and only this process should act on it, by cancelling their runs
-            main = threading.current_thread() is threading.main_thread()  # only it may set handlers
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-            try:
-                with dask.config.set(QUIET_WORKERS):
-                    self._local = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                               dashboard_address=None, silence_logs=logging.CRITICAL,
-                                               scheduler_kwargs={"dashboard_address": ":0"})  # any free port
-            except (RuntimeError, OSError) as exc:
-                raise InputError(f"cannot start a Dask LocalCluster ({exc}); use --scheduler serial") from None
-            finally:
-                if main:
-                    signal.signal(signal.SIGINT, previous)
+            self._local = _start_local(self.workers)
             self.client = Client(self._local)
         else:
             try:
@@ -188,13 +180,14 @@ class Cluster:
         def runs() -> Iterator[tuple[int, tuple]]:
             for i, job in enumerate(jobs):
                 try:
-                    problem = job.build()
+                    with usercode.time_limit(Deadline(job.timeout)):  # the user's code in it (a reference)
+                        problem = job.build()
                 except (InputError, InternalError) as exc:
                     ready.append((i, exc))
                     continue
                 if cache is not None:
-                    keys[i] = run_key(problem, job.engine, files=job.files)
-                    hit = cache.get(keys[i])
+                    keys[i] = run_key(problem, job.engine)
+                    hit = cache.get(keys[i], problem)
                     if hit is not None:
                         ready.append((i, hit))
                         continue
@@ -213,6 +206,66 @@ class Cluster:
     def scatter(self, obj: Any) -> Any:
         """Send `obj` to the workers once; tasks then name it instead of carrying it."""
         return self._client().scatter(obj, broadcast=True)
+
+
+def dashboard_address() -> Optional[str]:
+    """Where a local cluster's dashboard listens: None (no dashboard, the default), or the
+    environment's VERIFY_DASHBOARD, a port (on loopback) or HOST:PORT."""
+    value = os.environ.get("VERIFY_DASHBOARD", "").strip()
+    if not value:
+        return None
+    host, _, port = value.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise InputError(f"VERIFY_DASHBOARD must be a port (8787) or HOST:PORT (127.0.0.1:8787); got {value!r}")
+    return f"{host or LOOPBACK}:{port}"
+
+
+def _start_local(workers: int):
+    """A LocalCluster of `workers` single-threaded worker processes, on loopback only, with no
+    dashboard unless VERIFY_DASHBOARD asks for one.
+
+    It is started in a thread that blocks SIGINT: the threads it starts, and the worker processes
+    they start, keep SIGINT blocked, so a terminal's Ctrl-C (sent to the whole process group) reaches
+    this process alone, which cancels their runs.  This thread keeps Ctrl-C and SIGTERM: one that
+    comes while the cluster starts waits for the start (it cannot be stopped half-way), closes the
+    cluster, and interrupts the caller (KeyboardInterrupt)."""
+    from multiprocessing import resource_tracker
+
+    import dask
+    from distributed import LocalCluster
+    dashboard = dashboard_address()
+    box: dict = {}
+
+    def start() -> None:
+        resource_tracker.ensure_running()  # launching it later would unblock SIGINT in the thread that does
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            with dask.config.set({**QUIET_WORKERS, **({} if dashboard else NO_HTTP_ROUTES)}):
+                box["cluster"] = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host=LOOPBACK,
+                                              dashboard_address=dashboard, worker_dashboard_address=None,
+                                              silence_logs=logging.CRITICAL,  # the scheduler's HTTP server: any port
+                                              scheduler_kwargs={"dashboard_address": dashboard or f"{LOOPBACK}:0"})
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=start, name="verify-cluster-start", daemon=True)
+    thread.start()
+    interrupted = None
+    while thread.is_alive():
+        try:
+            thread.join()
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: stop once the start is over
+            interrupted = exc
+    if interrupted is not None:
+        if "cluster" in box:
+            box["cluster"].close()
+        raise interrupted
+    error = box.get("error")
+    if isinstance(error, (RuntimeError, OSError)):
+        raise InputError(f"cannot start a Dask LocalCluster ({error}); use --scheduler serial") from None
+    if error is not None:
+        raise error
+    return box["cluster"]
 
 
 def _drain(ready: list) -> Iterator:

@@ -41,7 +41,7 @@ from .engines.exhaustive import CHUNK, LIMIT, PARALLEL_ABOVE
 from .errors import InputError
 from .evaluator import make_evaluator
 from .refute import dependent_scope, error_bound
-from .result import Counterexample, count_text
+from .result import Counterexample, count_text, task_text
 from .tasks.base import Checked
 
 METHODS = ("auto", "exact", "sample")
@@ -99,7 +99,7 @@ class ErrorCount:
         share = f", {100 * self.errors / self.inputs:.4g}%" if self.inputs else ""
         lines = [f"ERROR COUNT: {c.get('construction', '?')}" + (f" ({c['theorem']})" if c.get("theorem") else "")
                  + f" on {self.task['name']} "
-                 + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs", "answers_sha256")),
+                 + task_text(self.task),
                  f"  arithmetic  FX(p={a['p']}, f={a['f']}) rounding={a['rounding']} overflow={a['overflow']} "
                  f"accumulate={a['accumulate']}"]
         if self.method == "exact":

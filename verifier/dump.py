@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from .errors import InputError
+from .files import new_file
 from .result import Counterexample, Result, finite_or_none
 
 HOW_TO_READ = (
@@ -124,12 +125,9 @@ def write_dumps(result: Result, directory: str | Path, extra: dict | None = None
     for cex in result.counterexamples:
         text = json.dumps(counterexample_document(result, cex) | (extra or {}), indent=1)
         path = directory / f"{stem}-cex{cex.index}.json"
-        try:
-            fh = open(path, "x")
-        except FileExistsError:  # mkstemp creates a new name atomically: it never runs out
-            fd, name = tempfile.mkstemp(prefix=f"{stem}-cex{cex.index}-", suffix=".json", dir=directory)
-            fh, path = os.fdopen(fd, "w"), Path(name)
-        with fh:
+        while os.path.lexists(path):  # a name of its own, beside the earlier dumps
+            path = directory / f"{stem}-cex{cex.index}-{secrets.token_hex(4)}.json"
+        with new_file(path) as fh:
             fh.write(text)
         written.append(path)
     return written

@@ -43,6 +43,7 @@ from mpmath import libmp
 from mpmath.ctx_iv import MPIntervalContext
 
 from .model import Model, Recurrent
+from .result import task_text
 
 START_PREC = 64  # bits of the first exp enclosures
 MAX_PREC = 4096  # the cap: an input still undecided there is reported undecided
@@ -562,7 +563,7 @@ class ExactSearch:
         what = info.get("construction", "model") + (f" ({info['theorem']})" if info.get("theorem") else "")
         lines = [f"{self.verdict.upper()} in exact arithmetic: {what}"
                  + (f", variant {info['variant']}" if info.get("variant") else "") + f" on {task.name} "
-                 + ", ".join(f"{k}={v}" for k, v in task.describe().items() if k not in ("name", "inputs", "answers_sha256")),
+                 + task_text(task.describe()),
                  f"  arithmetic  exact: the weights as the rationals they hold, every linear operation in rationals, "
                  f"exp enclosed by mpmath interval arithmetic (refined up to {self.max_prec} bits); no rounding, no range",
                  f"  inputs      {self.covered:,} of {self.total:,} covered"

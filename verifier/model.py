@@ -31,6 +31,7 @@ import numpy as np
 from .arithmetic import ATTENTION_KINDS
 from .budget import require_memory
 from .errors import InputError
+from .files import new_file
 from .schema import parse_json, regular_file, show, validate, zip_members
 
 FORMAT_NAME = "verify-model"
@@ -434,11 +435,8 @@ def save_model(model: Model | Recurrent, path: str | Path) -> Path:
     if isinstance(model, Model):
         arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
     arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
-    try:
-        with open(path, "xb") as fh:
-            np.savez(fh, **arrays)
-    except FileExistsError:
-        raise InputError(f"{path} exists; refusing to overwrite it") from None
+    with new_file(path, binary=True) as fh:
+        np.savez(fh, **arrays)
     return path
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from .dump import departure_text
 from .errors import InputError
+from .files import new_file
 from .tasks import canonical
 
 FORMATS = (".png", ".svg")
@@ -140,7 +141,7 @@ def _axis_labels(cex: dict, n_queries: int, n_keys: int) -> tuple[list[str], lis
 
 def save(fig, path: str | Path, fh: Optional[BinaryIO] = None) -> Path:
     """Write the figure as a new file (exclusive create), or into `fh`: the file `path`, created
-    before the run that drew it (`sweep.new_output`)."""
+    before the run that drew it (`files.new_file`)."""
     path = Path(path)
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lower()[1:])
@@ -148,11 +149,8 @@ def save(fig, path: str | Path, fh: Optional[BinaryIO] = None) -> Path:
     if fh is not None:
         fh.write(buf.getvalue())
         return path
-    try:
-        with open(path, "xb") as fh:
-            fh.write(buf.getvalue())
-    except FileExistsError:
-        raise InputError(f"{path} exists; refusing to overwrite it") from None
+    with new_file(path, binary=True) as fh:
+        fh.write(buf.getvalue())
     return path
 
 

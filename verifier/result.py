@@ -117,9 +117,9 @@ class Result:
     def summary(self) -> str:
         a = self.arithmetic
         theorem = self.construction.get("theorem")
-        lines = [f"{self.verdict.upper()}: {self.construction.get('construction', '?')}"
+        lines = [f"{self.verdict.upper()}{' (cached)' if self.cached else ''}: {self.construction.get('construction', '?')}"
                  + (f" ({theorem})" if theorem else "") + f" on {self.task['name']} "
-                 + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs", "answers_sha256"))]
+                 + task_text(self.task)]
         error = a["quantization_error"]  # None: the run stopped before the model was quantized
         lines.append(f"  arithmetic  {format_text(a)}; quantization error "
                      + ("not computed" if error is None else f"<= {error:.3g}")
@@ -152,7 +152,8 @@ class Result:
             lines.append(f"  engine      chosen by auto: {self.engine_stats['auto']}")
         if self.cached:
             lines.append("  cache       read from the verdict cache: decided earlier by this same code, on these "
-                         "weights, task, arithmetic and engine")
+                         "weights, task, arithmetic and engine; the row's digest checked"
+                         + (", its counterexamples failed again now" if self.counterexamples else ""))
         st = self.engine_stats
         if "decided_by_solver" in st:
             won = st.get("answered_by") or {}  # the solver that decided each case, when it was not z3 alone
@@ -190,6 +191,12 @@ class Result:
             lines.append(f"  unknown     {self.reason}")
         lines += [f"  {c.line()}" for c in self.counterexamples]
         return "\n".join(lines)
+
+
+def task_text(task: dict) -> str:
+    """A task's description as a verdict line shows it: its parameters, without its name, its inputs in
+    words and the digests of what it read (the cache's, too long to read)."""
+    return ", ".join(f"{k}={v}" for k, v in task.items() if k not in ("name", "inputs") and not k.endswith("_sha256"))
 
 
 def _places(names: list[str], shown: int = 3) -> str:

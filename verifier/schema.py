@@ -20,6 +20,7 @@ Errors are one line, naming the file, the field and what was expected:
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -135,17 +136,20 @@ def regular_file(path: str | Path, what: str) -> Path:
     return path
 
 
-def read_text(path: str | Path, what: str) -> str:
-    """A user's text file: a regular file of at most TEXT_LIMIT bytes, in UTF-8."""
+def user_file(path: str | Path, what: str, limit: int = TEXT_LIMIT) -> tuple[str, str]:
+    """A user's text file, read once: its text (a regular file of at most `limit` bytes, in UTF-8)
+    and the SHA-256 of exactly those bytes, by which a verdict cache knows what a run read (the file
+    may be replaced while a run goes)."""
     path = regular_file(path, what)
     try:
-        if path.stat().st_size > TEXT_LIMIT:
-            raise InputError(f"{what} {path} is larger than {TEXT_LIMIT >> 20} MiB")
-        raw = path.read_bytes()
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
     except OSError as exc:
         raise InputError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    if len(raw) > limit:
+        raise InputError(f"{what} {path} is larger than {limit >> 20} MiB")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8"), hashlib.sha256(raw).hexdigest()
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") \
             from None
@@ -161,6 +165,11 @@ def zip_members(path: Path, source: str) -> list[zipfile.ZipInfo]:
         raise InputError(f"{source} has two archive members named {twice[0]!r}; a reader would use one and ignore "
                          f"the other")
     return members
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A user's text file: a regular file of at most TEXT_LIMIT bytes, in UTF-8."""
+    return user_file(path, what)[0]
 
 
 def _no_duplicates(pairs: list) -> dict:
@@ -190,5 +199,11 @@ def parse_json(text: str, source: str, allow_nan: bool = False) -> Any:
 
 def load_json(path: str | Path, schema: dict, what: str) -> Any:
     """Read, parse and validate a user's JSON file."""
+    return load_json_file(path, schema, what)[0]
+
+
+def load_json_file(path: str | Path, schema: dict, what: str) -> tuple[Any, str]:
+    """`load_json`, and the SHA-256 of the bytes read (`user_file`)."""
     source = f"{what} {path}"
-    return validate(parse_json(read_text(path, what), source), schema, source)
+    text, digest = user_file(path, what)
+    return validate(parse_json(text, source), schema, source), digest

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from .api import build_problem
-from .cache import Cache, option_files
+from .cache import Cache
 from .cluster import Cluster, Job
 from .arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, parse_format
 from .constructions import CONSTRUCTIONS
@@ -199,8 +199,7 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
         raise InputError(f"no spec is in profile {profile!r} ({len(specs)} spec{'s' if len(specs) != 1 else ''} "
                          f"read, none selected): a check that runs nothing cannot pass")
     outcomes: dict[int, Outcome] = {}
-    jobs = [Job(functools.partial(_build, spec), engine or spec.engine, spec.timeout,
-                option_files(spec.task, spec.problem)) for spec in selected]
+    jobs = [Job(functools.partial(_build, spec), engine or spec.engine, spec.timeout) for spec in selected]
     shown = 0
 
     def show() -> None:

@@ -14,19 +14,18 @@ same command then resumes where it stopped.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import functools
 import io
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Callable, Iterator, Optional, TextIO
+from typing import Callable, Optional
 
-from . import interrupts
+from . import interrupts, usercode
 from .api import build_problem
 from .arithmetic import FixedPoint
-from .cache import Cache, option_files
+from .budget import Deadline
+from .cache import Cache
 from .cluster import Cluster, Job
 from .errors import InputError
 from .result import Result
@@ -143,11 +142,11 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
         if int_bits is not None and not 0 <= p - int_bits <= p:
             raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
-    build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
+    with usercode.time_limit(Deadline(timeout)):
+        build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     points = [(N, p) for N in Ns for p in ps]
     name = task if isinstance(task, str) else task.name
-    files = option_files(name, problem) if isinstance(task, str) else {}
-    jobs = [Job(functools.partial(build_problem, task, N=N, p=p, **at(p)), engine, timeout, files) for N, p in points]
+    jobs = [Job(functools.partial(build_problem, task, N=N, p=p, **at(p)), engine, timeout) for N, p in points]
     results: dict[tuple[int, int], Result] = {}
     partial = None
     with Cluster(scheduler) as cluster:
@@ -194,26 +193,6 @@ def _row(N: int, ps: list[int], results: dict) -> FrontierRow:
             c = below.counterexamples[0]
             row.ruled_out_by, row.ruled_out_reason = c.input, f"{c.reason}: {c.claim}"
     return row
-
-
-@contextlib.contextmanager
-def new_output(path: str | Path, binary: bool = False) -> Iterator[TextIO]:
-    """Create the output file now, before a long run, so that a name that exists or cannot be
-    created fails at once; it is never overwritten.  If the run fails, the empty file is removed."""
-    path = Path(path)
-    try:
-        fh = open(path, "xb" if binary else "x")
-    except FileExistsError:
-        raise InputError(f"{path} exists; refusing to overwrite it") from None
-    except OSError as exc:
-        raise InputError(f"cannot create {path}: {exc.strerror}") from None
-    try:
-        with fh:
-            yield fh
-    except BaseException:
-        if path.stat().st_size == 0:
-            path.unlink()
-        raise
 
 
 @dataclass

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..budget import require_memory
 from ..errors import InputError
+from ..files import new_file
 from ..schema import parse_json, regular_file, zip_members
 
 MAX_HEADER = 100 << 20
@@ -120,9 +121,6 @@ def write_safetensors(path: str | Path, tensors: dict[str, np.ndarray]) -> Path:
         offset += len(data)
     text = json.dumps(header).encode()
     path = Path(path)
-    try:
-        with open(path, "xb") as fh:
-            fh.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-    except FileExistsError:
-        raise InputError(f"{path} exists; refusing to overwrite it") from None
+    with new_file(path, binary=True) as fh:
+        fh.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
     return path

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import inspect
 import math
-import multiprocessing
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+from .. import usercode
 from ..errors import InputError, InternalError
 from ..evaluator import reference
 from ..model import Head, Layer, Model, Readout
@@ -99,14 +99,14 @@ def compile_program(spec: str, vocab: list[str], max_len: int, *, causal: bool =
     """Compile the RASP program `spec` (`load_program`) for `vocab` and inputs up to `max_len`, and
     convert it (module docstring).
 
-    JAX runs in a child process started fresh (spawn): JAX's threads must not be in a process that
-    forks, and the engines fork their workers."""
+    The program is the user's code, and JAX's threads must not be in a process that forks (the
+    engines fork their workers): both run in a child process (`verifier.usercode.call`), which the
+    program can neither end nor stall past the deadline of `usercode.time_limit`."""
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise InputError(f"--max-len must be an integer >= 1, got {max_len!r}")
     if BOS in vocab or PAD in vocab:
         raise InputError(f"the vocabulary may not hold {BOS} or {PAD} (Tracr's own tokens)")
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_compile, (spec, list(vocab), max_len, causal, mlp_exactness, seed))
+    return usercode.call(_compile, (spec, list(vocab), max_len, causal, mlp_exactness, seed), f"the Tracr program {spec}")
 
 
 def _compile(spec: str, vocab: list[str], max_len: int, causal: bool, mlp_exactness: int, seed: int) -> Compiled:

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import InputError
-from ..schema import load_json
+from ..schema import load_json_file
 from ..sizes import Cost
 from .base import TaskOption
 from .product import ProductTask
@@ -90,6 +90,7 @@ class Instance:
     features: list[tuple[tuple[int, ...], np.ndarray]]
     b: float
     source: str
+    sha256: Optional[str] = None  # of the file's bytes it was read from (a verdict cache keys on them)
 
     @property
     def s(self) -> int:
@@ -147,7 +148,7 @@ INSTANCE_SCHEMA = {
 
 def load_instance(path: str, N: int) -> Instance:
     """A JSON instance (INSTANCE_SCHEMA): {"b": 1, "features": [{"I": [1, 5], "g": [0, 1, 1, 0]}, ...]}."""
-    data = load_json(path, INSTANCE_SCHEMA, "instance")
+    data, digest = load_json_file(path, INSTANCE_SCHEMA, "instance")
     source = f"instance {path}"
     if len(data["features"]) > N:
         raise InputError(f"{source}: features: {len(data['features'])} features; at most N = {N}")
@@ -163,7 +164,7 @@ def load_instance(path: str, N: int) -> Instance:
                              f"(Bhattamishra et al. 2024, Appendix F.3)")
         features.append((I, g))
     features += [((), np.zeros(1, np.int64))] * (N - len(features))
-    return Instance(features, data["b"], str(path))
+    return Instance(features, data["b"], str(path), digest)
 
 
 @dataclass
@@ -199,7 +200,8 @@ class SparseThreshold(_BooleanTask):
         sizes = [len(I) for I, _ in self.inst.features]
         return {"name": self.name, "N": self.N, "s": self.s, "instance": self.inst.source, "b": self.inst.b,
                 "feature_sizes": "".join(map(str, sizes)),
-                "inputs": "BOS x with x in {0,1}^N; answer I[sum_i g_i(x_I_i) > b]"}
+                "inputs": "BOS x with x in {0,1}^N; answer I[sum_i g_i(x_I_i) > b]"} | \
+            ({"instance_sha256": self.inst.sha256} if self.inst.sha256 else {})
 
     def features(self, bits: np.ndarray) -> np.ndarray:
         """g_{I_i}(x) for every feature: (B, N)."""

@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from ..errors import InputError
-from ..schema import TEXT_LIMIT, load_json
+from ..schema import TEXT_LIMIT, load_json_file
 from ..sizes import Cost
 from .base import DATASET_HELP, Batch, TaskOption, Vocabulary
 from .index_lookup import symbol_names
@@ -119,7 +119,7 @@ class Memorization(Vocabulary):
     def _load(self) -> tuple[list[str], np.ndarray]:
         if self.size is not None or self.alphabet != 3 or self.data_seed != 0:
             raise InputError("--dataset gives the sequences: --alphabet, --size and --data-seed do not apply")
-        data = load_json(self.dataset, DATASET_SCHEMA, "dataset")
+        data, self.dataset_sha256 = load_json_file(self.dataset, DATASET_SCHEMA, "dataset")
         names = data["alphabet"]
         Cost(f"memorization of the dataset {self.dataset}", tokens=len(names) + 1).admit()
         if CLS in names:
@@ -143,7 +143,8 @@ class Memorization(Vocabulary):
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "alphabet": len(self.symbols), "size": self.total,
                 "dataset": self.dataset or f"seed {self.data_seed}",
-                "inputs": "x_1..x_N CLS, each sequence of the dataset; answer its own label"}
+                "inputs": "x_1..x_N CLS, each sequence of the dataset; answer its own label"} | \
+            ({"dataset_sha256": self.dataset_sha256} if self.dataset else {})  # the bytes read: a cache keys on them
 
     def _tokens(self, rows: np.ndarray) -> np.ndarray:
         return np.concatenate([rows, np.full((len(rows), 1), len(self.symbols))], axis=1)

@@ -7,6 +7,8 @@
   judged: Tracr's ``shift_by`` has none at position 0), and ``None`` for the whole string, or at
   every position, says the string is not an input of the task.  The function is called once per
   string when the task is built, so the task is a table: at most `MAX_REFERENCE_INPUTS` strings.
+  A function named by its file is imported and called in a child process (`verifier.usercode`):
+  nothing it does (an exit, a hang past ``--timeout``) ends or stalls the verifier.
 * `DatasetTask` (``--task dataset --dataset FILE.jsonl --vocab a,b,c``): the inputs of the file, one
   JSON object a line, ``{"input": ["a", "b"], "answer": "b"}`` or, for a sequence output,
   ``{"input": [...], "answers": [...]}`` (``null`` in ``answers``: no answer required at that
@@ -35,9 +37,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
+from .. import usercode
 from ..budget import require_memory
 from ..errors import InputError
-from ..schema import parse_json, regular_file
+from ..schema import parse_json, regular_file, user_file
 from .base import DATASET_HELP, NO_ANSWER, Batch, Case, Checked, TaskOption, Vocabulary
 from .product import ProductTask
 
@@ -117,10 +120,10 @@ def load_attribute(spec: str, what: str = "--reference") -> Any:
             mod_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(where)
-    except InputError:
+    except (InputError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # the user's module failed to import: say where, not a traceback
-        raise InputError(f"{what} {spec}: importing {where} failed ({type(exc).__name__}: {exc})") from None
+    except BaseException as exc:  # noqa: BLE001 - the user's module failed (or exited) on import: one line
+        raise InputError(f"{what} {spec}: importing {where} failed: it {usercode.did(exc)}") from None
     if not hasattr(module, name):
         raise InputError(f"{what} {spec}: {where} defines no {name!r}")
     return getattr(module, name)
@@ -132,6 +135,58 @@ def load_function(spec: str) -> Callable:
     if not callable(fn):
         raise InputError(f"--reference {spec}: {fn!r} is not a function")
     return fn
+
+
+def answer_tables(reference: "Callable | str", vocab: list[str], N: int, classes: Optional[str],
+                  source: str) -> tuple[list[np.ndarray], list[str], bool]:
+    """The reference function (or its ``module.py:function``) on every string of length 1..N over
+    `vocab`: one table of class ids per length (rows in enumeration order; a column per position,
+    or one), the class names, and whether the answers are per position (module docstring)."""
+    fn = load_function(reference) if isinstance(reference, str) else reference
+    V = len(vocab)
+    raw, seen, shape = [], set(), None
+    for n in range(1, N + 1):
+        for t in np.ndindex(*(V,) * n):
+            words = [vocab[i] for i in t]
+            try:
+                out = fn(words)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - an exception or exit of the user's: one line, exit 2
+                raise InputError(f"--reference {source} on {' '.join(words)}: it {usercode.did(exc)}") from None
+            names = _names(out, words, f"--reference {source} on {' '.join(words)}")
+            kind = "list" if isinstance(names, list) else "scalar"
+            if names is not None:
+                if shape not in (None, kind):
+                    raise InputError(f"--reference {source} gives a {kind} on {' '.join(words)} and a "
+                                     f"{shape} elsewhere: one answer, or one per position, always")
+                shape = kind
+                seen.update(x for x in (names if kind == "list" else [names]) if x is not None)
+            raw.append(names)
+    per_position = shape == "list"
+    class_names = _Answers(classes).finish(seen, f"--reference {source}")
+    ids = {c: i for i, c in enumerate(class_names)}
+    tables, k = [], 0
+    for n in range(1, N + 1):
+        block = raw[k:k + V ** n]
+        k += V ** n
+        table = np.full((V ** n, n if per_position else 1), NO_ANSWER, dtype=np.int64)
+        for r, names in enumerate(block):
+            if names is not None:
+                table[r] = [ids.get(x, NO_ANSWER) for x in names] if per_position else ids[names]
+        tables.append(table)
+    return tables, class_names, per_position
+
+
+def _names(out, words: list[str], where: str):
+    """The answer names of one output: a name, a list of names (None: no answer there), or None."""
+    if out is None:
+        return None
+    if isinstance(out, (list, tuple, np.ndarray)):
+        if len(out) != len(words):
+            raise InputError(f"{where}: a list answer needs one entry per position ({len(words)}), got {len(out)}")
+        return [None if x is None else answer_name(x, where) for x in out]
+    return answer_name(out, where)
 
 
 @dataclass
@@ -156,56 +211,23 @@ class ReferenceTask(ProductTask):
             raise InputError(f"the reference function would be called on {count:,} strings (lengths 1..{self.N} over "
                              f"{V} tokens); at most {MAX_REFERENCE_INPUTS:,}")
         require_memory(8.0 * count * (self.N + 1), f"the reference task's answers ({count:,} strings)")
-        fn = self.reference if callable(self.reference) else load_function(self.reference)
-        self.source = self.reference if isinstance(self.reference, str) else getattr(fn, "__qualname__", repr(fn))
+        if callable(self.reference):  # the caller's own function: it runs in the caller's process
+            self.source = getattr(self.reference, "__qualname__", repr(self.reference))
+            self.tables, self.class_names, self.per_position = answer_tables(self.reference, self.vocab, self.N,
+                                                                             self.classes, self.source)
+        else:  # a file's: in a child process, which nothing the function does can end or stall (`usercode`)
+            self.source = self.reference
+            self.tables, self.class_names, self.per_position = usercode.call(
+                answer_tables, (self.reference, self.vocab, self.N, self.classes, self.source),
+                f"--reference {self.source}")
         self.reference = self.source  # the task is its table from here on: it pickles without the function
-        raw, seen, shape = [], set(), None
-        for n in range(1, self.N + 1):
-            for t in np.ndindex(*(V,) * n):
-                words = [self.vocab[i] for i in t]
-                try:
-                    out = fn(words)
-                except Exception as exc:
-                    raise InputError(f"--reference {self.source} raised {type(exc).__name__} on "
-                                     f"{' '.join(words)}: {exc}") from None
-                names = self._names(out, words)
-                kind = "list" if isinstance(names, list) else "scalar"
-                if names is not None:
-                    if shape not in (None, kind):
-                        raise InputError(f"--reference {self.source} gives a {kind} on {' '.join(words)} and a "
-                                         f"{shape} elsewhere: one answer, or one per position, always")
-                    shape = kind
-                    seen.update(x for x in (names if kind == "list" else [names]) if x is not None)
-                raw.append(names)
-        self.per_position = shape == "list"
-        self.class_names = _Answers(self.classes).finish(seen, f"--reference {self.source}")
-        ids = {c: i for i, c in enumerate(self.class_names)}
         self.num_classes = len(self.class_names)
-        self.tables, k = [], 0
-        for n in range(1, self.N + 1):
-            block = raw[k:k + V ** n]
-            k += V ** n
-            table = np.full((V ** n, n if self.per_position else 1), NO_ANSWER, dtype=np.int64)
-            for r, names in enumerate(block):
-                if names is not None:
-                    table[r] = [ids.get(x, NO_ANSWER) for x in names] if self.per_position else ids[names]
-            self.tables.append(table)
         if not any((t != NO_ANSWER).any() for t in self.tables):
             raise InputError(f"--reference {self.source} gives no answer on any string of length 1..{self.N}: "
                              f"the task has no input to check")
         self.space = [(f"n={n}", [np.arange(V)] * n) for n in range(1, self.N + 1)]
         self._layout()
         self.invalid_reason = "the reference gives no answer"
-
-    def _names(self, out, words: list[str]):
-        where = f"--reference {self.source} on {' '.join(words)}"
-        if out is None:
-            return None
-        if isinstance(out, (list, tuple, np.ndarray)):
-            if len(out) != len(words):
-                raise InputError(f"{where}: a list answer needs one entry per position ({len(words)}), got {len(out)}")
-            return [None if x is None else answer_name(x, where) for x in out]
-        return answer_name(out, where)
 
     def describe(self) -> dict:
         digest = hashlib.sha256(b"".join(np.ascontiguousarray(t).tobytes() for t in self.tables)).hexdigest()
@@ -269,10 +291,9 @@ class DatasetTask(Vocabulary):
 
     def __post_init__(self) -> None:
         self.vocab = _size_and_vocab(self.N, self.vocab, self.dataset, "--dataset FILE.jsonl")
-        path = regular_file(self.dataset, "dataset file")
-        if path.stat().st_size > MAX_DATASET_BYTES:
-            raise InputError(f"dataset file {path} has {path.stat().st_size:,} bytes; at most {MAX_DATASET_BYTES:,}")
-        every, kinds, lines = _read_dataset(path, {t: i for i, t in enumerate(self.vocab)}, self.vocab)
+        path = Path(self.dataset)
+        text, self.sha256 = user_file(path, "dataset file", MAX_DATASET_BYTES)  # read once: the bytes it is built from
+        every, kinds, lines = _read_dataset(text, path, {t: i for i, t in enumerate(self.vocab)}, self.vocab)
         # a line whose answers are all null is not an input
         rows = {key: names for key, names in every.items() if len(key) <= self.N and any(n is not None for n in names)}
         if not rows:
@@ -312,7 +333,8 @@ class DatasetTask(Vocabulary):
     def describe(self) -> dict:
         return {"name": self.name, "N": self.N, "dataset": self.path, "vocab": self.vocab, "classes": self.class_names,
                 "inputs": f"the file's {self._total} inputs of length <= {self.N} ({self.file_lines} lines)",
-                "answer": "at every position" if self.per_position else "one"}
+                "answer": "at every position" if self.per_position else "one",
+                "dataset_sha256": self.sha256}  # the bytes it was built from: a verdict cache keys on them
 
     def _found(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row within its length, found) for a batch (B, n) of one length."""
@@ -368,39 +390,35 @@ class DatasetTask(Vocabulary):
         return self.class_names[answer] if 0 <= answer < self.num_classes else f"<{answer}>"
 
 
-def _read_dataset(path: Path, ids: dict[str, int], vocab: list[str]) -> tuple[dict, set, int]:
-    """(token ids -> answer names, whether lines have 'answers', non-empty lines) of a dataset file."""
+def _read_dataset(text: str, path: Path, ids: dict[str, int], vocab: list[str]) -> tuple[dict, set, int]:
+    """(token ids -> answer names, whether lines have 'answers', non-empty lines) of a dataset file's text."""
     rows, kinds, lines = {}, set(), 0
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                lines += 1
-                where = f"dataset file {path}, line {no}"
-                item = parse_json(line, where)
-                if not isinstance(item, dict) or "input" not in item or len(item) != 2 or \
-                        not ({"answer", "answers"} & set(item)):
-                    raise InputError(f"{where}: expected {{\"input\": [...], \"answer\": ...}} or "
-                                     f"{{\"input\": [...], \"answers\": [...]}}")
-                tokens = item["input"]
-                if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t in ids
-                                                                          for t in tokens):
-                    raise InputError(f"{where}: input must be a non-empty list of tokens of --vocab "
-                                     f"({','.join(vocab)}), got {tokens!r}")
-                kinds.add("answers" in item)
-                if "answers" in item:
-                    if not isinstance(item["answers"], list) or len(item["answers"]) != len(tokens):
-                        raise InputError(f"{where}: answers must be a list with one answer per input token")
-                    names = tuple(None if a is None else answer_name(a, where) for a in item["answers"])
-                else:
-                    names = (answer_name(item["answer"], where),)
-                key = tuple(ids[t] for t in tokens)
-                if rows.get(key, names) != names:
-                    raise InputError(f"{where}: the input {' '.join(tokens)} is in the file with another answer")
-                rows[key] = names
-    except UnicodeDecodeError:
-        raise InputError(f"dataset file {path} is not UTF-8 text") from None
+    for no, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        lines += 1
+        where = f"dataset file {path}, line {no}"
+        item = parse_json(line, where)
+        if not isinstance(item, dict) or "input" not in item or len(item) != 2 or \
+                not ({"answer", "answers"} & set(item)):
+            raise InputError(f"{where}: expected {{\"input\": [...], \"answer\": ...}} or "
+                             f"{{\"input\": [...], \"answers\": [...]}}")
+        tokens = item["input"]
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t in ids
+                                                                  for t in tokens):
+            raise InputError(f"{where}: input must be a non-empty list of tokens of --vocab "
+                             f"({','.join(vocab)}), got {tokens!r}")
+        kinds.add("answers" in item)
+        if "answers" in item:
+            if not isinstance(item["answers"], list) or len(item["answers"]) != len(tokens):
+                raise InputError(f"{where}: answers must be a list with one answer per input token")
+            names = tuple(None if a is None else answer_name(a, where) for a in item["answers"])
+        else:
+            names = (answer_name(item["answer"], where),)
+        key = tuple(ids[t] for t in tokens)
+        if rows.get(key, names) != names:
+            raise InputError(f"{where}: the input {' '.join(tokens)} is in the file with another answer")
+        rows[key] = names
     if len(kinds) > 1:
         raise InputError(f"dataset file {path} mixes 'answer' and 'answers' lines: one kind per file")
     return rows, kinds, lines
