@@ -44,7 +44,7 @@ from verifier.synthesis import synthesize
 from verifier.sweep import format_frontier, frontier, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
-from verifier.usercode import time_limit
+from verifier.usercode import NotFinished, time_limit
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
@@ -1037,8 +1037,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"verify: error: {exc.format_message()}", err=True)
         return 2
-    except TimedOut as exc:  # the deadline passed before there was a run to give its verdict
-        click.echo(f"verify: unknown: {exc or 'the timeout passed before a verdict'}", err=True)
+    except NotFinished as exc:  # the user's code outlasted the timeout: no task, no input covered
+        click.echo(f"verify: unknown: {exc}", err=True)
         return 3
     except InputError as exc:  # one line, even when it quotes another tool's multi-line message
         click.echo("verify: error: " + "; ".join(line.strip() for line in str(exc).splitlines() if line.strip()),
@@ -1053,7 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo(f"verify: interrupted ({interrupts.cause()}) before a verdict: unknown", err=True)
         return 3
-    except TimedOut as exc:  # while the problem was built, before any input was covered
+    except TimedOut as exc:  # the deadline passed while the problem was built, before any input was covered
         click.echo(f"verify: timeout after {exc.seconds:g} s before a verdict: unknown", err=True)
         return 3
     except MemoryError:

@@ -317,3 +317,30 @@ def test_a_partial_run_over_more_inputs_than_python_prints_gives_its_reason():
     r = verifier.prove("dyck22", N=8000, p=8, variant="recurrent", engine="exhaustive", stop=2)
     assert r.verdict == "unknown" and r.covered == 2
     assert r.reason.startswith("the range 0..2 is part of the ") and "e+48" in r.reason
+
+
+def test_a_signal_that_comes_during_a_finalizer_is_raised_after_it(monkeypatch):
+    """Seen under load: SIGTERM arrived while z3 freed a term in AstRef.__del__; Python printed the
+    KeyboardInterrupt and dropped it, and the run went on to its end.  The handler now raises nothing
+    inside a finalizer and sends the signal again once it is over."""
+    from verifier import interrupts
+    monkeypatch.setitem(interrupts._state, "requested", False)
+    monkeypatch.setitem(interrupts._state, "cause", None)
+    previous = signal.signal(signal.SIGTERM, interrupts._on_signal)
+    raised = []
+
+    class Freed:
+        def __del__(self):
+            try:
+                interrupts._on_signal(signal.SIGTERM, sys._getframe())
+            except KeyboardInterrupt:
+                raised.append("in the finalizer")
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Freed()  # freed at once: its finalizer runs the handler
+            assert interrupts.requested() and raised == []
+            time.sleep(5)  # the signal comes again and raises here
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert interrupts.cause() == "SIGTERM" and raised == []

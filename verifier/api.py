@@ -23,7 +23,7 @@ from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
 from .engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from .errors import InputError, InternalError
-from .evaluator import Evaluator, Outputs, RecurrentEvaluator, read_from, reference, trace
+from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
 from .model import Model, Recurrent, weights_sha256
 from .result import Counterexample, Result, count_text
 from .sample_check import sample_check
@@ -171,7 +171,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     total = problem.task.total
     stop = total if stop is None else stop
     if not 0 <= start <= stop <= total:
-        raise InputError(f"the range {count_text(start)}..{count_text(stop)} is not inside 0..{count_text(total)}")
+        raise InputError(f"the range {_index(start)}..{_index(stop)} is not inside 0..{_index(total)}")
     if not 1 <= max_counterexamples <= MAX_COUNTEREXAMPLES:
         raise InputError(f"--max-counterexamples must be in 1..{MAX_COUNTEREXAMPLES:,} (each one is replayed "
                          f"with its trace), got {max_counterexamples}")
@@ -261,6 +261,11 @@ def describe_problem(problem: Problem) -> tuple[dict, dict, dict]:
                                                        "size_bits": size_bits}, provenance
 
 
+def _index(i: int) -> str:
+    """An input index as --start and --stop take it, or its magnitude beyond what int -> str prints."""
+    return str(i) if i < 10 ** 300 else count_text(i)
+
+
 def _unknown_reason(status: str, er, deadline: Deadline, start: int, stop: int, total: int, engine: str) -> str:
     if status == "interrupted":
         reason = f"interrupted ({interrupts.cause()})"
@@ -271,7 +276,7 @@ def _unknown_reason(status: str, er, deadline: Deadline, start: int, stop: int, 
     elif status == "incomplete":
         reason = f"the solver answered unknown ({er.stats.get('solver_reason') or 'no reason given'})"
     else:
-        reason = f"the range {count_text(start)}..{count_text(stop)} is part of the {count_text(total)} inputs"
+        reason = f"the range {_index(start)}..{_index(stop)} is part of the {count_text(total)} inputs"
     if er.stats.get("unfinished_case"):
         reason += f"; unfinished case {er.stats['unfinished_case']}"
     reason += f"; covered inputs {start}..{start + er.covered}"

@@ -12,6 +12,11 @@ into KeyboardInterrupt).  `install` gives SIGTERM the same effect:
 
 This does not depend on SIGINT's disposition (a shell starts background jobs with SIGINT
 ignored).  `cause()` names the signal for the verdict's reason.
+
+A KeyboardInterrupt raised while Python runs a finalizer (z3 frees its terms in ``__del__``) is
+printed and dropped, so a handler that finds itself in one raises nothing and comes back shortly;
+and a solve that z3 answers "canceled" after a signal was asked for is that signal
+(`requested`), not a solver timeout.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ import threading
 
 import z3
 
-_state: dict = {"cause": None, "installed": False}
+from .budget import RETRY, _in_finalizer
+
+_state: dict = {"cause": None, "installed": False, "requested": False}
 
 
 def cause() -> str:
@@ -30,8 +37,21 @@ def cause() -> str:
     return _state["cause"] or "Ctrl-C"
 
 
-def _on_sigterm(signum, frame) -> None:
-    _state["cause"] = "SIGTERM"
+def requested() -> bool:
+    """Has an interruption been asked for (a solve cancelled since is that interruption)?"""
+    return _state["requested"]
+
+
+def _on_signal(signum, frame) -> None:
+    _state["requested"] = True
+    if signum == signal.SIGTERM:
+        _state["cause"] = "SIGTERM"
+    if _in_finalizer(frame):  # the exception would be dropped there: raise it once the finalizer is done
+        main = threading.main_thread().ident
+        retry = threading.Timer(RETRY, lambda: signal.pthread_kill(main, signum))
+        retry.daemon = True
+        retry.start()
+        return
     raise KeyboardInterrupt
 
 
@@ -41,12 +61,15 @@ def install() -> None:
         return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, _on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where it is ignored
+        signal.signal(signal.SIGINT, _on_signal)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
 
     def watch() -> None:
         while True:
             if signal.SIGTERM in os.read(read_fd, 64):
+                _state["requested"] = True
                 z3.main_ctx().interrupt()
 
     threading.Thread(target=watch, name="sigterm-watcher", daemon=True).start()

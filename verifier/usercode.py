@@ -34,7 +34,15 @@ _deadline: ContextVar[Optional[Deadline]] = ContextVar("user_code_deadline", def
 
 
 class NotFinished(TimedOut):
-    """The user's code did not finish before the deadline: nothing was checked (verdict unknown)."""
+    """The user's code (`what`) did not finish before the deadline: nothing was checked (verdict unknown)."""
+
+    def __init__(self, what: str, seconds: float):
+        super().__init__(seconds)
+        self.what = what
+
+    def __str__(self) -> str:
+        return (f"{self.what} did not finish within the {self.seconds:g} s timeout: the task could not be built, so "
+                f"no input was checked")
 
 
 @contextlib.contextmanager
@@ -66,8 +74,7 @@ def call(fn: Callable, args: tuple, what: str) -> Any:
         job.send((fn, args))  # the pipe stays open while the child runs: its end is the child's signal to go
         left = deadline.left() if deadline is not None else None
         if not result.poll(None if left is None else max(0.0, left)):
-            raise NotFinished(f"{what} did not finish within the {deadline.seconds:g} s timeout: the task could not "
-                              f"be built, so no input was checked")
+            raise NotFinished(what, deadline.seconds)
         try:
             kind, value = result.recv()
         except EOFError:

@@ -20,7 +20,7 @@ import z3
 
 from ..budget import Deadline, TimedOut
 from ..encoding import encode
-from .. import solvers
+from .. import interrupts, solvers
 from ..errors import InputError, InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from .base import EngineResult, Found, Problem, RunOptions, Tick
@@ -205,7 +205,7 @@ class Smt:
                 return found, "unsat"
             if answer == z3.unknown:
                 why = solver.reason_unknown()
-                if "interrupted" in why:
+                if "interrupted" in why or interrupts.requested():  # a signal's cancel, not a timeout
                     raise KeyboardInterrupt
                 return found, "timeout" if why in ("timeout", "canceled") else why or "unknown"
             model = solver.model()
