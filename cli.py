@@ -256,7 +256,7 @@ def cli() -> None:
 
 def _task_command(task_name: str, name: str) -> None:
     construction = CONSTRUCTIONS[task_name]
-    size_flags = getattr(TASKS[task_name], "SIZE_FLAGS", ())
+    size_flags = TASKS[task_name].SIZE_FLAGS
 
     @cli.command(name, help=f"Prove the built-in {task_name} construction ({construction.theorem}) on every input "
                             f"up to size N.")
@@ -728,7 +728,7 @@ def list_cmd():
             click.echo(f"{name}: the user's own task, for verify run --model and sweep --model; options {opts}")
             continue
         c = CONSTRUCTIONS[name]
-        size = getattr(task, "SIZE_FLAGS", ())
+        size = task.SIZE_FLAGS
         click.echo(f"{name}{' (' + ', '.join(aliases) + ')' if aliases else ''}: construction {c.name}, "
                    f"{c.theorem}" + (f"; options {opts}" if opts else "")
                    + (f"; --N is also {' '.join(size)}" if size else ""))

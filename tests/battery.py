@@ -251,7 +251,7 @@ def decide_all(problem: Problem, int_seconds: float = 1.0, through_api: bool = T
     enum = Exhaustive().run(problem, RunOptions(max_counterexamples=max(1, task.total), workers=1))
     failing = {tuple(int(t) for t in f.tokens) for f in enum.found}
     assert reference_failures(problem) == failing, "enumeration and the reference disagree"
-    if not hasattr(task, "cases"):  # a list of examples: only enumeration can decide it
+    if task.cases is None:  # a list of examples: only enumeration can decide it
         return {"verdict": "refuted" if failing else "proved", "bv": "n/a", "int": "n/a", "bounds": "n/a"}
     if getattr(task, "dfa", None) is not None and isinstance(problem.model, Recurrent):
         reach = Reach().run(problem, RunOptions())

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from verifier.model import Head, Layer, Model, Readout
+from verifier.tasks.base import Vocabulary
 
 
 EXTREMES = (1e300, -1e300, 2.0 ** 40, -(2.0 ** 40), 2.0 ** 29, 1e-300, -1e-300, -0.0, 5e-324)
@@ -71,7 +72,7 @@ def add_biases(model: Model, rng: np.random.Generator) -> Model:
     return model
 
 
-class RandomLookupTask:
+class RandomLookupTask(Vocabulary):  # the base of every task: its optional capabilities declared absent
     """A test task: every sequence of length L over V tokens; the answer is F[token at `key`].
 
     With a threshold readout the answer is a bit pattern of `bits` bits."""

@@ -162,7 +162,7 @@ def test_fx_as_a_grid_gives_the_same_verdicts_and_traces(i):
     (out_a, ta), (out_b, tb) = (trace(make_evaluator(p.model, p.arith, tables=False), tokens) for p in (problem, other))
     assert ta.keys() == tb.keys() and all(np.array_equal(ta[k], tb[k]) for k in ta)
     assert out_a.where == out_b.where
-    if hasattr(problem.task, "cases"):
+    if problem.task.cases is not None:
         assert verifier.run(problem, "smt").verdict == verifier.run(other, "smt").verdict
 
 

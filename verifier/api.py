@@ -30,6 +30,7 @@ from .sample_check import sample_check
 from .tasks import Task, canonical, make_task
 from .tasks.base import NO_ANSWER
 from .tasks.bos import WithBos
+from .verdicts import Status, Verdict
 
 MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
 
@@ -194,24 +195,24 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
             chosen, why, er = decide(options, problem, opts)
             status = er.status
             cexs = [replay(problem, found, quantized) for found in er.found]
-            if not cexs and status == "complete" and whole and chosen.symbolic:
+            if not cexs and status == Status.COMPLETE and whole and chosen.symbolic:
                 audit = sample_check(problem, deadline)
     except TimedOut:
-        status, cexs, audit = "timeout", [], None
+        status, cexs, audit = Status.TIMEOUT, [], None
     except KeyboardInterrupt:
         if er is None:
             raise
-        status, cexs, audit = "interrupted", [], None
-    er = er or EngineResult("timeout", 0, [])  # the deadline passed while the model was quantized
+        status, cexs, audit = Status.INTERRUPTED, [], None
+    er = er or EngineResult(Status.TIMEOUT, 0, [])  # the deadline passed while the model was quantized
     seconds = time.monotonic() - t0
-    if status == "complete" and not whole and not cexs:
-        status = "partial"
-    checked = _checked(problem, er, status == "complete" and whole and not er.found)
-    if checked is not None and checked.inputs == 0 and status == "complete" and not cexs:
+    if status == Status.COMPLETE and not whole and not cexs:
+        status = Status.PARTIAL
+    checked = _checked(problem, er, status == Status.COMPLETE and whole and not er.found)
+    if checked is not None and checked.inputs == 0 and status == Status.COMPLETE and not cexs:
         raise InputError(f"nothing was checked: none of the {stop - start:,} members of {problem.task.name}'s "
                          f"enumeration in {start}..{stop} is an input with an answer, so there is no verdict to give")
-    verdict = "refuted" if cexs else "proved" if status == "complete" else "unknown"
-    reason = "" if verdict != "unknown" else _unknown_reason(status, er, deadline, start, stop, total, chosen.name)
+    verdict = Verdict.REFUTED if cexs else Verdict.PROVED if status == Status.COMPLETE else Verdict.UNKNOWN
+    reason = "" if verdict != Verdict.UNKNOWN else _unknown_reason(status, er, deadline, start, stop, total, chosen.name)
     stats = dict(er.stats)
     if why is not None:
         stats["auto"] = why
@@ -223,9 +224,11 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     tightest = None
     if er.tightest is not None:
         tightest = {"index": er.tightest, "input": problem.task.render(problem.task.decode(er.tightest))}
-    return Result(verdict, problem.task.describe(), construction, params, arithmetic,
-                  chosen.name + (" (auto)" if engine == "auto" else ""), er.covered, total, start, stop, seconds,
-                  er.min_margin, cexs, tightest, reason, stats, status, provenance,
+    return Result(verdict=verdict, task=problem.task.describe(), construction=construction, params=params,
+                  arithmetic=arithmetic, engine=chosen.name + (" (auto)" if engine == "auto" else ""),
+                  covered=er.covered, total=total, start=start, stop=stop, seconds=seconds,
+                  min_margin=er.min_margin, counterexamples=cexs, tightest=tightest, reason=reason,
+                  engine_stats=stats, status=status, provenance=provenance,
                   checked=None if checked is None else checked.to_json(),
                   quantized=quantized.q.named_arrays() if cexs else {}, residual_rows=problem.model.residual_rows)
 
@@ -234,7 +237,7 @@ def _checked(problem: Problem, er, complete: bool):
     """The inputs of the task the run judged (`tasks.base.Checked`): the engine's count, or when a
     complete run without a failure judged them all, the task's own count (which must agree)."""
     counted = er.checked
-    if complete and hasattr(problem.task, "answered"):
+    if complete and problem.task.answered is not None:
         whole = problem.task.answered()
         if counted is not None and counted != whole:
             raise InternalError(f"the engine judged {counted} of {problem.task.name}'s inputs; the task has {whole}")
@@ -266,14 +269,14 @@ def _index(i: int) -> str:
     return str(i) if i < 10 ** 300 else count_text(i)
 
 
-def _unknown_reason(status: str, er, deadline: Deadline, start: int, stop: int, total: int, engine: str) -> str:
-    if status == "interrupted":
+def _unknown_reason(status: Status, er: EngineResult, deadline: Deadline, start: int, stop: int, total: int, engine: str) -> str:
+    if status == Status.INTERRUPTED:
         reason = f"interrupted ({interrupts.cause()})"
-    elif status == "timeout":
+    elif status == Status.TIMEOUT:
         reason = f"timeout after {deadline.seconds:g} s"
-        if er.status == "complete":
+        if er.status == Status.COMPLETE:
             reason += " during the sample check of the proof"
-    elif status == "incomplete":
+    elif status == Status.INCOMPLETE:
         reason = f"the solver answered unknown ({er.stats.get('solver_reason') or 'no reason given'})"
     else:
         reason = f"the range {_index(start)}..{_index(stop)} is part of the {count_text(total)} inputs"

@@ -37,6 +37,7 @@ from .engines import Problem
 from .errors import InputError
 from .model import weights_sha256
 from .result import Result
+from .verdicts import Verdict
 
 FORMAT = 2  # of the tables below; a cache of format 1 (a `runs` table, no marker) is emptied and upgraded
 MARKER = "verify_cache"
@@ -155,7 +156,7 @@ class Cache:
 
     def put(self, key: dict, result: Result) -> None:
         """Store a verdict (an unknown is not stored).  A cache that cannot be written warns once."""
-        if result.verdict not in ("proved", "refuted") or not self.writable or self.db is None:
+        if result.verdict not in (Verdict.PROVED, Verdict.REFUTED) or not self.writable or self.db is None:
             return
         digest, what, text = _digest(key), json.dumps(key, sort_keys=True, default=str), json.dumps(result.to_json())
         try:
@@ -172,9 +173,9 @@ def _check(result: Result, problem: Problem) -> Optional[str]:
     """Why a cached result cannot stand for `problem`'s run, or None: a verdict, and a refutation's
     counterexamples each a failure of the model now, decided again on the evaluator."""
     from .api import failure_at  # the API runs cached results through this module
-    if result.verdict == "proved":
+    if result.verdict == Verdict.PROVED:
         return None if not result.counterexamples else "says proved beside counterexamples"
-    if result.verdict != "refuted" or not result.counterexamples:
+    if result.verdict != Verdict.REFUTED or not result.counterexamples:
         return f"holds no verdict to use ({result.verdict}, {len(result.counterexamples)} counterexamples)"
     for stored in result.counterexamples:
         if not result.start <= stored.index < result.stop:

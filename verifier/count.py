@@ -43,13 +43,14 @@ from .evaluator import make_evaluator
 from .refute import dependent_scope, error_bound
 from .result import Counterexample, count_text, task_text
 from .tasks.base import Checked
+from .verdicts import Reason, Status
 
 METHODS = ("auto", "exact", "sample")
 EXACT_LIMIT = 1 << 24  # auto counts exactly up to this many members: a size rule, the same on every machine
 SAMPLES = 10_000
 MAX_SAMPLES = 10_000_000
 REPLAY = 20  # failures replayed by default
-REASONS = ("wrong", "tie", "overflow")
+REASONS = tuple(Reason)
 
 
 @dataclass
@@ -66,7 +67,7 @@ class ErrorCount:
     inputs: int  # inputs of the task among them
     errors: int  # failing inputs among them
     by_reason: dict  # wrong / tie / overflow -> failing inputs
-    status: str  # complete | timeout | interrupted
+    status: Status  # complete, timeout or interrupted
     seconds: float
     seed: int
     replayed: list[Counterexample] = field(default_factory=list)
@@ -81,7 +82,7 @@ class ErrorCount:
         3: a sample found none, or the count stopped early."""
         if self.errors:
             return 1
-        return 0 if self.method == "exact" and self.status == "complete" else 3
+        return 0 if self.method == "exact" and self.status == Status.COMPLETE else 3
 
     def to_json(self) -> dict:
         return {"method": self.method, "task": self.task, "construction": self.construction,
@@ -157,11 +158,11 @@ def count_errors(problem: Problem, method: str = "auto", *, samples: Optional[in
     t0 = time.monotonic()
     construction, _, provenance = describe_problem(problem)
     out = ErrorCount(method, problem.task.describe(), construction, problem.arith.describe(), provenance, total,
-                     0, 0, 0, {}, "complete", 0.0, seed)
+                     0, 0, 0, {}, Status.COMPLETE, 0.0, seed)
     ev = make_evaluator(problem.model, problem.arith)
     if method == "exact":
         picked = _exact(problem, ev, replays, seed, workers, deadline, out)
-        if out.status == "complete" and not out.inputs:  # as for a verdict: counting nothing is no count
+        if out.status == Status.COMPLETE and not out.inputs:  # as for a verdict: counting nothing is no count
             raise InputError(f"nothing was counted: none of the {count_text(total)} members of {problem.task.name}'s "
                              f"enumeration is an input with an answer")
     else:
@@ -239,7 +240,7 @@ def _exact(problem: Problem, ev, k: int, seed: int, workers: Optional[int], dead
         if workers == 1:
             for a, b in chunks:
                 if deadline.expired():
-                    out.status = "timeout"
+                    out.status = Status.TIMEOUT
                     break
                 tally.merge(_tally(a, b), k)
                 done = b
@@ -251,11 +252,11 @@ def _exact(problem: Problem, ev, k: int, seed: int, workers: Optional[int], dead
                     try:
                         tally.merge(results.next(timeout=left), k)
                     except multiprocessing.TimeoutError:
-                        out.status = "timeout"
+                        out.status = Status.TIMEOUT
                         break
                     done = b
     except KeyboardInterrupt:
-        out.status = "interrupted"
+        out.status = Status.INTERRUPTED
     out.evaluated, out.inputs, out.errors = done, tally.checked.inputs, tally.errors
     out.by_reason = {r: tally.by_reason.get(r, 0) for r in REASONS}
     out.checked = tally.checked.to_json()

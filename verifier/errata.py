@@ -38,6 +38,7 @@ from .dump import write_dumps
 from .errors import InputError, InternalError, UnbuildableError
 from .papers import BHATTAMISHRA_2024, CHEN_ZOU_2024, SANFORD_HSU_TELGARSKY_2024B, Paper
 from .tasks import flag
+from .verdicts import Verdict
 
 KCS = (1, 2, 3)  # the B.2 grid's Kc, tried in turn: the paper asks for "some sufficiently large" one
 
@@ -307,7 +308,7 @@ class Exact:
     variant: str
     built_for: str  # the format whose Kc the construction was built with (its scales may depend on it)
     every_input: bool
-    verdict: str  # proved | refuted | unknown: over every input, or over the inputs decided
+    verdict: Verdict  # over every input, or over the inputs decided
     checked: int  # inputs decided
     total: int  # the task's inputs
     min_margin: Optional[str] = None
@@ -317,7 +318,7 @@ class Exact:
 
     @property
     def right_everywhere(self) -> bool:
-        return self.every_input and self.verdict == "proved"
+        return self.every_input and self.verdict == Verdict.PROVED
 
     def text(self, short: bool = False) -> str:
         if self.wrong is not None:
@@ -326,7 +327,7 @@ class Exact:
                 return f"wrong on {count + ', e.g. ' if count else ''}`{self.wrong.input}` (margin {self.wrong.margin})"
             return f"wrong on {count}; the first: {self.wrong.line()}" if count else f"wrong: {self.wrong.line()}"
         if self.every_input:
-            what = {"proved": "right on every input", "unknown": "undecided on some input"}[self.verdict]
+            what = {Verdict.PROVED: "right on every input", Verdict.UNKNOWN: "undecided on some input"}[self.verdict]
             return f"{what} ({self.checked:,}), min margin {self.min_margin}"
         right = sum(d.exact == "right" for d in self.decided)
         return (f"right on {right} of the {self.checked} input{'s' if self.checked != 1 else ''} decided, "
@@ -485,7 +486,7 @@ class Runner:
                          len(found.wrong))
         decided = [self.judge(problem, t) for t in shown]
         verdicts = [d.exact for d in decided]
-        verdict = "refuted" if "wrong" in verdicts else "unknown"
+        verdict = Verdict.REFUTED if "wrong" in verdicts else Verdict.UNKNOWN
         wrong = next((d for d in decided if d.exact == "wrong"), None)
         return Exact(variant, _fx(p), False, verdict, len(decided), task.total, None, wrong, decided)
 

@@ -37,6 +37,7 @@ from .budget import TooLarge, fmt_bytes, require_memory
 from .errors import InputError
 from .model import Model, Recurrent
 from .tasks.base import NO_ANSWER
+from .verdicts import Reason
 
 _LOGIT_TABLE_LIMIT = 1 << 24  # pairs x m products computed for the layer-0 logit table
 
@@ -66,7 +67,7 @@ class Judged:
     position: np.ndarray  # (B,) int64; -1: no position (last-position readout, or overflow only)
     expected: np.ndarray  # (B,) the expected answer (at `position`)
     produced: np.ndarray  # (B,)
-    reason: list[Optional[str]]  # wrong | tie | overflow | None (correct)
+    reason: list[Optional[Reason]]  # None: correct
     margin: np.ndarray  # (B,) the smallest margin over the positions read
 
 
@@ -280,7 +281,7 @@ class _Reader:
                 ovf = (out.ovf_at & judged).any(axis=1)
         else:
             position, exp, pred, tie, any_wrong = np.full(B, -1), expected, out.pred, out.tie, wrong
-        reason = ["overflow" if o else "tie" if t else "wrong" if w else None
+        reason = [Reason.OVERFLOW if o else Reason.TIE if t else Reason.WRONG if w else None
                   for o, t, w in zip(ovf, tie, any_wrong)]
         return Judged(any_wrong | ovf, position.astype(np.int64), exp, pred, reason,
                       self.margins(out, expected))

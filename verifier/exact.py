@@ -44,6 +44,7 @@ from mpmath.ctx_iv import MPIntervalContext
 
 from .model import Model, Recurrent
 from .result import task_text
+from .verdicts import Verdict
 
 START_PREC = 64  # bits of the first exp enclosures
 MAX_PREC = 4096  # the cap: an input still undecided there is reported undecided
@@ -540,11 +541,11 @@ class ExactSearch:
     max_prec: int = MAX_PREC
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """refuted (an input is wrong), unknown (some undecided, or only a range covered) or proved."""
         if self.wrong:
-            return "refuted"
-        return "unknown" if self.undecided or self.covered < self.total else "proved"
+            return Verdict.REFUTED
+        return Verdict.UNKNOWN if self.undecided or self.covered < self.total else Verdict.PROVED
 
     @property
     def checked(self) -> int:
@@ -553,7 +554,7 @@ class ExactSearch:
 
     @property
     def exit_code(self) -> int:
-        return {"proved": 0, "refuted": 1, "unknown": 3}[self.verdict]
+        return self.verdict.exit_code
 
     def summary(self, problem, shown: int = 1) -> str:
         """What `verify exact` prints: the verdict in exact arithmetic, the counts, the tightest

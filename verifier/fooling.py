@@ -95,7 +95,7 @@ def _span(positions: np.ndarray) -> str:
 def answers_at(task, tokens: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
     """(the answers at `position`, valid) for inputs (B, L) of the task as the model reads them."""
     answers, valid = task.evaluate(tokens)
-    if getattr(task, "per_position", False):
+    if task.per_position:
         answers = answers[:, position - (tokens.shape[1] - answers.shape[1])]
     return answers, valid
 

@@ -50,13 +50,14 @@ from .protocol import summaries
 from .result import EXIT_CODES, Counterexample
 from .sizes import model_cost
 from .tasks.combinatorics import falling
+from .verdicts import Verdict
 
 METHODS = ("auto", "dependent", "protocol", "search")
 
 
 @dataclass
 class Refutation:
-    verdict: str  # refuted | proved (by the search) | unknown
+    verdict: Verdict  # refuted, proved (by the search) or unknown
     method: str  # the method that decided, or the last one tried
     task: dict
     model: dict
@@ -299,7 +300,7 @@ def refute_protocol(model: _Model, out: Refutation, max_counterexamples: int, se
     problem, t0 = model.problem, time.monotonic()
     task = problem.task
     recurrent = isinstance(problem.model, Recurrent)
-    if recurrent and getattr(task, "dfa", None) is not None:
+    if recurrent and task.dfa is not None:
         return refute_states_strings(model, out, max_counterexamples, seed, t0)
     fs = fooling.build(task, members, seed)
     if recurrent and not fs.contiguous:
@@ -419,7 +420,7 @@ def refute_states_strings(model: _Model, out: Refutation, max_counterexamples: i
     one, short suffixes are tried on the task's own answers."""
     problem = model.problem
     task, ev = problem.task, model.fast
-    dfa = getattr(task, "dfa", None)
+    dfa = task.dfa
     rng = np.random.default_rng(seed)
     A = task.bos  # the symbols come before the start token
     found, n = None, 0
@@ -518,7 +519,7 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
         raise InputError(f"--engine, --start and --stop are the search's; --method {method} does not search")
     deadline = deadline if deadline is not None else Deadline(timeout)
     t0 = time.monotonic()
-    out = Refutation("unknown", method, problem.task.describe(), _describe(problem.model),
+    out = Refutation(Verdict.UNKNOWN, method, problem.task.describe(), _describe(problem.model),
                      problem.arith.describe(), [], provenance=describe_problem(problem)[2],
                      residual_rows=problem.model.residual_rows)
     rng = random.Random(seed)
@@ -530,10 +531,10 @@ def refute(problem: Problem, method: str = "auto", *, seed: int = 0, timeout: Op
                      dict(engine=engine, start=start, stop=stop))
     except TimedOut:
         out.counterexamples, out.argument, out.certificate = [], [], None  # a method cut short proves nothing
-        out.verdict = "unknown"
+        out.verdict = Verdict.UNKNOWN
         out.findings.append(f"timeout after {deadline.seconds:g} s during {out.method}")
     if out.counterexamples:
-        out.verdict = "refuted"
+        out.verdict = Verdict.REFUTED
         out.quantized = model.generic.q.named_arrays()
     out.seconds = time.monotonic() - t0
     return out
@@ -572,9 +573,9 @@ def _methods(model: _Model, out: Refutation, order: list[str], method: str, rng:
                                    "seconds": round(result.seconds, 3)}
             if "auto" in result.engine_stats:
                 out.stats["search"]["chosen"] = result.engine_stats["auto"]
-            if result.verdict == "proved":
-                out.verdict = "proved"
-            elif result.verdict == "unknown":
+            if result.verdict == Verdict.PROVED:
+                out.verdict = Verdict.PROVED
+            elif result.verdict == Verdict.UNKNOWN:
                 out.findings.append(f"search: {result.reason}")
 
 
@@ -594,7 +595,7 @@ def random_model(task, heads: int, width: int, attention: str, rng: np.random.Ge
     C = task.num_classes
     return Model(E=rng.normal(0, 1, (V, d)), P=rng.normal(0, 1, (n, d)), P_mask=np.ones(V, bool), layers=[layer],
                  readout=Readout(rng.normal(0, 1, (C, d)), rng.normal(0, 1, C), task.readout,
-                                 positions="all" if getattr(task, "per_position", False) else "last"),
+                                 positions="all" if task.per_position else "last"),
                  vocab=list(task.vocab), info={"construction": f"random ({heads} {attention} head{'s' if heads > 1 else ''}, width {width})"})
 
 
@@ -612,7 +613,7 @@ def refute_random(task, problem_options: dict, count: int, heads: int, width: in
         model = random_model(task, heads, width, attention, np.random.default_rng(seed + i))
         problem = build_problem(task.name, model=model, **problem_options)
         r = refute(problem, method, seed=seed + i, timeout=timeout)
-        row = rows.setdefault(r.method if r.verdict == "refuted" else "none", {"models": 0, "seconds": []})
+        row = rows.setdefault(r.method if r.verdict == Verdict.REFUTED else "none", {"models": 0, "seconds": []})
         row["models"] += 1
         row["seconds"].append(r.seconds)
     return {m: {"models": r["models"], "median_seconds": float(np.median(r["seconds"]))} for m, r in rows.items()}

@@ -10,11 +10,10 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import format_text
+from .verdicts import EXIT_CODES, Reason, Status, Verdict
 
-EXIT_CODES = {"proved": 0, "refuted": 1, "unknown": 3}
 
-
-@dataclass
+@dataclass(kw_only=True)
 class Counterexample:
     """A failing input, replayed through the evaluator (generic path) before it is reported."""
 
@@ -23,7 +22,7 @@ class Counterexample:
     input: str  # the tokens by name
     expected: str
     produced: str
-    reason: str  # wrong | tie | overflow
+    reason: Reason
     margin: float
     overflow_at: list[str] = field(default_factory=list)
     real_produced: Optional[str] = None  # what the unquantized model answers (float64)
@@ -43,9 +42,11 @@ class Counterexample:
     @classmethod
     def from_json(cls, d: dict) -> "Counterexample":
         """A counterexample read back from `to_json` (the trace is not part of it)."""
-        return cls(d["index"], d["tokens"], d["input"], d["expected"], d["produced"], d["reason"],
-                   math.nan if d["margin"] is None else d["margin"], d["overflow_at"], d["real_produced"],
-                   d["real_margin"], position=d["position"], saturated_at=d.get("saturated_at", []))
+        return cls(index=d["index"], tokens=d["tokens"], input=d["input"], expected=d["expected"],
+                   produced=d["produced"], reason=Reason(d["reason"]),
+                   margin=math.nan if d["margin"] is None else d["margin"], overflow_at=d["overflow_at"],
+                   real_produced=d["real_produced"], real_margin=d["real_margin"], position=d["position"],
+                   saturated_at=d.get("saturated_at", []))
 
     @property
     def claim(self) -> str:
@@ -64,9 +65,9 @@ class Counterexample:
                 f"({self.reason}{ovf}, margin {self.margin:g}{sat}){real}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Result:
-    verdict: str  # proved | refuted | unknown
+    verdict: Verdict
     task: dict
     construction: dict
     params: dict
@@ -82,7 +83,7 @@ class Result:
     tightest: Optional[dict] = None  # {"index", "input"} of an input with the smallest margin
     reason: str = ""  # why the verdict is unknown
     engine_stats: dict = field(default_factory=dict)
-    status: str = "complete"  # complete | partial (a range) | timeout | interrupted | incomplete (solver)
+    status: Status = Status.COMPLETE
     provenance: dict = field(default_factory=dict)  # what was verified: built-in or a file, weights_sha256
     cached: bool = False  # read from the verdict cache, not decided by this process
     checked: Optional[dict] = None  # `tasks.base.Checked` as JSON: the inputs judged among those covered
@@ -108,10 +109,13 @@ class Result:
     def from_json(cls, d: dict) -> "Result":
         """A result read back from `to_json` (counterexamples without their traces)."""
         inputs = d["inputs"]
-        return cls(d["verdict"], d["task"], d["construction"], d["params"], d["arithmetic"], d["engine"],
-                   inputs["covered"], inputs["total"], *inputs["range"], d["seconds"], d["min_margin"],
-                   [Counterexample.from_json(c) for c in d["counterexamples"]], d["tightest"], d["reason"],
-                   d["engine_stats"], d["status"], d["provenance"], d.get("cached", False), inputs.get("checked"),
+        start, stop = inputs["range"]
+        return cls(verdict=Verdict(d["verdict"]), task=d["task"], construction=d["construction"], params=d["params"],
+                   arithmetic=d["arithmetic"], engine=d["engine"], covered=inputs["covered"], total=inputs["total"],
+                   start=start, stop=stop, seconds=d["seconds"], min_margin=d["min_margin"],
+                   counterexamples=[Counterexample.from_json(c) for c in d["counterexamples"]],
+                   tightest=d["tightest"], reason=d["reason"], engine_stats=d["engine_stats"], status=Status(d["status"]),
+                   provenance=d["provenance"], cached=d.get("cached", False), checked=inputs.get("checked"),
                    residual_rows=d.get("residual_rows"))
 
     def summary(self) -> str:
@@ -166,7 +170,7 @@ class Result:
             margin = st["certified_margin"]
             if margin is None:
                 certified = ""
-            elif self.verdict == "proved":
+            elif self.verdict == Verdict.PROVED:
                 certified = f"; every margin >= {margin:g} (certified)"
             else:  # the boxes decided correct before the run stopped, not every input
                 certified = f"; on the boxes decided correct, every margin >= {margin:g} (certified)"

@@ -34,6 +34,7 @@ import numpy as np
 from . import fooling, protocol
 from .arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from .errors import InputError, InternalError
+from .verdicts import Verdict
 
 MAX_P = 31
 SMALLEST_LIMIT = 1 << 17  # the largest N the smallest impossible N is looked for up to
@@ -261,7 +262,7 @@ def synthesis_check(task, shape: Shape, f: Optional[int], rounding: Optional[str
             s = synthesis.synthesize_recurrent(task, shape.width, fx, timeout)
         elif shape.attention == "softmax":
             return "open: bounded synthesis searches 1-layer models with ReLU heads only"
-        elif task.total <= synthesis.MAX_DATASET and not getattr(task, "per_position", False):
+        elif task.total <= synthesis.MAX_DATASET and not task.per_position:
             what, parts = "the whole dataset", fs.size
             s = synthesis.synthesize_dataset(task, shape.heads, shape.width, fx, timeout, solver)
         else:
@@ -288,7 +289,7 @@ def synthesis_check(task, shape: Shape, f: Optional[int], rounding: Optional[str
     if shape.kind == "rnn":
         r = api.run(api.build_problem(task.name, model=s.model, arith=fx, **synthesis.task_options(task)))
         s.whole_dataset = f"{r.verdict} on all {r.total:,} inputs by {r.engine}"
-        if r.verdict != "proved":
+        if r.verdict != Verdict.PROVED:
             raise InternalError(f"the synthesized model does not solve {task.name}: {s.whole_dataset}")
     return f"bounded synthesis found a model of the shape that solves the task, {s.whole_dataset} {where}"
 

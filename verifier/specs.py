@@ -38,11 +38,12 @@ from .result import Result
 from .schema import read_text, regular_file, validate
 from .tasks import ALIASES, TASKS, canonical, task_options
 from .tasks.base import split_path
+from .verdicts import Status, Verdict
 
 TASK_OPTION_KEYS = {o.name for t in TASKS.values() for o in t.OPTIONS}
 PROBLEM_KEYS = {"N", "p", "f", "format", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"} | \
     TASK_OPTION_KEYS
-VERDICTS = ("proved", "refuted", "unknown")
+VERDICTS = tuple(Verdict)
 PROFILES = ("ci", "full")
 _JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
@@ -218,7 +219,7 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
                     outcomes[i] = Outcome(spec, "error", False, error=str(value))
                 elif isinstance(value, Exception):
                     raise value
-                elif value.status == "interrupted":
+                elif value.status == Status.INTERRUPTED:
                     raise KeyboardInterrupt
                 else:
                     outcomes[i] = Outcome(spec, value.verdict, value.verdict == spec.expect, value,

@@ -30,6 +30,7 @@ from .cluster import Cluster, Job
 from .errors import InputError
 from .result import Result
 from .tasks import Task
+from .verdicts import Status, Verdict
 
 MAX_GRID = 10_000  # values in one --N or --p range
 MAX_POINTS = 10_000  # (N, p) runs in one sweep: each builds and decides a problem
@@ -94,7 +95,7 @@ class Frontier:
 
 def p_star(verdicts: dict[int, str]) -> Optional[int]:
     """The smallest p proved at itself and at every larger p of the range."""
-    return next((p for p in sorted(verdicts) if all(v == "proved" for q, v in verdicts.items() if q >= p)), None)
+    return next((p for p in sorted(verdicts) if all(v == Verdict.PROVED for q, v in verdicts.items() if q >= p)), None)
 
 
 def parse_range(text: str, name: str) -> list[int]:
@@ -154,7 +155,7 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
             for i, value in cluster.decide(jobs, cache):
                 if isinstance(value, Exception):
                     raise value
-                if value.status == "interrupted":
+                if value.status == Status.INTERRUPTED:
                     raise KeyboardInterrupt
                 results[points[i]] = value
                 if progress:

@@ -283,7 +283,7 @@ def synthesize_dataset(task, heads: int, width: int, fx: Fixed, timeout: Optiona
     """`synthesize_inputs` on **every** input of the task (one answer each, argmax): SAT gives a
     model that solves the whole dataset, then proved on every input by the engines (`api.run`)."""
     from . import api
-    if getattr(task, "per_position", False) or task.total > MAX_DATASET:
+    if task.per_position or task.total > MAX_DATASET:
         raise InputError(f"bounded synthesis over the whole dataset takes at most {MAX_DATASET:,} inputs with one "
                          f"answer each; {task.name} has {task.total:,}")
     rows = [(b.tokens, b.expected) for b in task.batches(0, task.total, 4096)]

@@ -9,6 +9,7 @@ from typing import Optional
 from ..budget import TimedOut, TooLarge
 from ..errors import InputError
 from ..result import count_text
+from ..verdicts import Status
 from .base import Engine, EngineResult, Found, Problem, RunOptions, Tick
 from .bounds import Bounds
 from .cost import enumeration_seconds
@@ -33,7 +34,7 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     estimate = (f"enumerating {count_text(opts.size(problem.task.total))} inputs "
                 + (f"would take about {seconds:.2g} s" if math.isfinite(seconds) else "is out of reach"))
     order = [("reach", "a recurrent model and a DFA task: every length at once")]
-    cases = problem.task.cases() if hasattr(problem.task, "cases") else iter(())
+    cases = problem.task.cases() if problem.task.cases is not None else iter(())
     first = next(cases, None)
     if seconds <= AUTO_ENUMERATE_SECONDS:
         order.append(("exhaustive", estimate))
@@ -99,7 +100,7 @@ def _run(engine: Engine, problem: Problem, opts: RunOptions) -> EngineResult:
     try:
         return engine.run(problem, opts)
     except TimedOut:
-        return EngineResult("timeout", 0, [])
+        return EngineResult(Status.TIMEOUT, 0, [])
 
 
 __all__ = ["ENGINES", "Engine", "EngineResult", "Found", "Problem", "RunOptions", "auto", "candidates", "choose",

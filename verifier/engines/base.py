@@ -17,6 +17,7 @@ from ..evaluator import Judged, make_evaluator
 from ..model import Model
 from ..tasks import Task
 from ..tasks.base import Checked
+from ..verdicts import Reason, Status
 
 
 @dataclass
@@ -83,7 +84,7 @@ class Found:
     tokens: np.ndarray
     expected: int
     produced: int
-    reason: str  # wrong | tie | overflow
+    reason: Reason
     margin: float
     position: Optional[int] = None  # the failing position of a sequence output (expected/produced are there)
 
@@ -97,7 +98,7 @@ class Found:
 
 @dataclass
 class EngineResult:
-    status: str  # complete | interrupted | timeout | incomplete (a solver answered unknown)
+    status: Status  # complete, interrupted, timeout or incomplete (a solver answered unknown)
     covered: int  # inputs decided, a prefix of the range in enumeration order
     found: list[Found]
     min_margin: Optional[float] = None

@@ -53,6 +53,7 @@ from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
 from ..model import Model, Recurrent
 from ..tasks import Case
+from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 from .cost import products
 
@@ -270,7 +271,7 @@ class Bounds:
             return f"it propagates bounds through one layer; the model has {len(model.layers)}"
         if model.readout.positions != "last":
             return "it bounds a readout at the last position; the model reads every position"
-        if not hasattr(problem.task, "cases"):
+        if problem.task.cases is None:
             return f"task {problem.task.name} has no case splits"
         if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the bounds engine decides whole cases"
@@ -283,7 +284,7 @@ class Bounds:
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
         t0 = time.monotonic()
         task = problem.task
-        result = EngineResult("complete", 0, [])
+        result = EngineResult(Status.COMPLETE, 0, [])
         stats = _Stats()
         done = 0
         run, pending = None, None  # the batch being decided
@@ -301,9 +302,9 @@ class Bounds:
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, done, None, batch[-1].name))
         except TimedOut:
-            result.status = "timeout"
+            result.status = Status.TIMEOUT
         except KeyboardInterrupt:
-            result.status = "interrupted"
+            result.status = Status.INTERRUPTED
         case = None
         if pending is not None and run.cases is pending:  # the cases of the batch decided, and its failures
             k = run.settled()
@@ -311,7 +312,7 @@ class Bounds:
             done += k
             ordered = sorted(run.found, key=lambda cf: (cf[0], cf[1].index))
             result.found = [f for _, f in ordered][:opts.max_counterexamples]
-            if result.status != "complete" and k < len(pending):
+            if result.status != Status.COMPLETE and k < len(pending):
                 case = pending[k].name
         elif pending is not None:
             case = pending[0].name

@@ -26,6 +26,7 @@ from .. import interrupts
 from ..budget import Deadline, TimedOut, shielded
 from ..evaluator import make_evaluator
 from ..tasks.base import Checked
+from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 CHUNK = 1 << 17
@@ -123,7 +124,7 @@ class Exhaustive:
         chunks = [(a, min(a + CHUNK, stop)) for a in range(start, stop, CHUNK)]
         cluster = opts.cluster if opts.cluster is not None and not opts.cluster.serial else None
         workers = opts.workers or (min(2, os.cpu_count() or 1) if stop - start > PARALLEL_ABOVE else 1)
-        result = EngineResult("complete", 0, [], checked=Checked())
+        result = EngineResult(Status.COMPLETE, 0, [], checked=Checked())
 
         def take(chunk: _Chunk) -> bool:
             """Merge one chunk; True when the run should stop (enough counterexamples)."""
@@ -154,7 +155,7 @@ class Exhaustive:
                     if take(chunk):
                         break
                     if chunk.timed_out:
-                        result.status = "timeout"
+                        result.status = Status.TIMEOUT
                         break
             else:
                 pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
@@ -166,9 +167,9 @@ class Exhaustive:
                         pool.terminate()
                         pool.join()
         except TimedOut:
-            result.status = "timeout"
+            result.status = Status.TIMEOUT
         except KeyboardInterrupt:
-            result.status = "interrupted"
+            result.status = Status.INTERRUPTED
         result.stats = {"workers": workers, "chunks": len(chunks), "chunk_size": CHUNK,
                         "seconds": time.monotonic() - t0,
                         "layer0_logit_table": getattr(getattr(ev, "tables", None), "logits", None) is not None}
@@ -185,12 +186,12 @@ class Exhaustive:
         while pending:
             left = deadline.left()
             if left is not None and left <= 0:
-                result.status = "timeout"
+                result.status = Status.TIMEOUT
                 return
             try:
                 chunk = pending[0].get(timeout=left)
             except (multiprocessing.TimeoutError, TimeoutError):
-                result.status = "timeout"
+                result.status = Status.TIMEOUT
                 return
             pending.pop(0)
             if take(chunk):

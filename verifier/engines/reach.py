@@ -20,6 +20,7 @@ import numpy as np
 from ..budget import TimedOut
 from ..evaluator import RecurrentEvaluator, make_evaluator
 from ..model import Recurrent
+from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 
@@ -30,7 +31,7 @@ class Reach:
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         if not isinstance(problem.model, Recurrent):
             return "it decides recurrent models (the model is a transformer)"
-        if getattr(problem.task, "dfa", None) is None:
+        if problem.task.dfa is None:
             return f"task {problem.task.name} is not given by a DFA"
         if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the reach engine decides whole lengths"
@@ -43,7 +44,7 @@ class Reach:
         q = ev.q
         dfa, accepting = task.dfa, np.array(task.accepting)
         A = dfa.shape[1]
-        result = EngineResult("complete", 0, [])
+        result = EngineResult(Status.COMPLETE, 0, [])
         # the pairs seen: model state codes | DFA state; parent pair and token, to rebuild an input
         start, start_ovf = self._step(ev, np.asarray(q.h0)[None, :], np.array([task.bos]))
         seen = np.hstack([start, np.zeros((1, 1), dtype=np.int64)])
@@ -78,10 +79,10 @@ class Reach:
                 if opts.progress:
                     opts.progress(Tick(task.count_up_to(t), task.total, case=f"length {t}, {len(seen)} state pairs"))
         except KeyboardInterrupt:
-            result.status = "interrupted"
+            result.status = Status.INTERRUPTED
         except TimedOut:
-            result.status = "timeout"
-        covered_len = t - 1 if len(bad) or result.status != "complete" else task.N
+            result.status = Status.TIMEOUT
+        covered_len = t - 1 if len(bad) or result.status != Status.COMPLETE else task.N
         result.covered = task.count_up_to(max(covered_len, 0))
         if len(bad):
             result.found = [self._found(ev, task, parent, token, int(bad[0]))]

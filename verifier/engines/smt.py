@@ -23,6 +23,7 @@ from ..encoding import encode
 from .. import interrupts, solvers
 from ..errors import InputError, InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
+from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 STAT_KEYS = ("conflicts", "decisions", "propagations", "sat conflicts", "sat decisions")  # summed over solves
@@ -47,7 +48,7 @@ class Smt:
         self.theory = theory
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
-        if not hasattr(problem.task, "cases"):
+        if problem.task.cases is None:
             return f"task {problem.task.name} has no case splits"
         if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the smt engine decides whole cases"
@@ -59,7 +60,7 @@ class Smt:
         fresh_context()
         task = problem.task
         ev = make_evaluator(problem.model, problem.arith)
-        result = EngineResult("complete", 0, [])
+        result = EngineResult(Status.COMPLETE, 0, [])
         stats = {"solver": "z3 " + z3.get_version_string(), "theory": self.theory, "cases": 0,
                  "decided_by_evaluation": 0, "decided_by_solver": 0, "solver_seconds": 0.0, "unfinished_case": None}
         totals: dict[str, float] = {}
@@ -98,7 +99,7 @@ class Smt:
                                                  self._export(opts, stats["cases"], case.name, enc))
                     stats["solver_seconds"] += time.monotonic() - ts
                     if status != "sat" and status != "unsat":  # out of time, or z3 gave up
-                        result.status = "timeout" if status == "timeout" else "incomplete"
+                        result.status = Status.TIMEOUT if status == "timeout" else Status.INCOMPLETE
                         stats["unfinished_case"] = case.name
                         stats["solver_reason"] = status
                         result.found.extend(self._found(ev, task, enc, inputs))
@@ -109,9 +110,9 @@ class Smt:
                 result.covered += case.count
                 tick(None)
         except TimedOut:
-            result.status, stats["unfinished_case"] = "timeout", case.name if case is not None else None
+            result.status, stats["unfinished_case"] = Status.TIMEOUT, case.name if case is not None else None
         except KeyboardInterrupt:
-            result.status, stats["unfinished_case"] = "interrupted", case.name if case is not None else None
+            result.status, stats["unfinished_case"] = Status.INTERRUPTED, case.name if case is not None else None
         if not exact_margin:  # a margin over some cases only would mislead
             result.min_margin = result.tightest = None
         elif result.min_margin is not None:

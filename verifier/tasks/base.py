@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol
 
 import numpy as np
 
@@ -139,9 +139,16 @@ class TaskOption:
 
 
 class Vocabulary:
-    """`render` by token name; `answer` from the batched ground truth, for tasks that have one."""
+    """`render` by token name; `answer` from the batched ground truth, for tasks that have one.
+    The base of every task: it gives the `Task` protocol's optional capabilities their defaults
+    (none), which a task overrides where it has one."""
 
     per_position = False
+    OPTIONS: ClassVar[tuple[TaskOption, ...]] = ()
+    SIZE_FLAGS: ClassVar[tuple[str, ...]] = ()
+    cases: Optional[Callable[[], Iterator[Case]]] = None
+    dfa: Optional[np.ndarray] = None
+    answered: Optional[Callable[[], Checked]] = None
 
     def render(self, tokens) -> str:
         return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
@@ -174,9 +181,10 @@ class Task(Protocol):
     """A task enumerates its inputs in a fixed order, so that a range can be resumed or split.
 
     `answer` computes the ground truth from the tokens alone (not from the enumeration), so that
-    a replay checks a counterexample against the definition of the task.  A task that can count
-    its inputs (and their positions with an answer) without enumerating them has
-    ``answered() -> Checked``: what a complete run judges, which a symbolic engine cannot count.
+    a replay checks a counterexample against the definition of the task.
+
+    Optional capabilities are declared below and read, never probed with ``hasattr``: None (or
+    empty) when the task lacks one (`Vocabulary` gives these defaults).
     """
 
     name: str
@@ -208,11 +216,30 @@ class Task(Protocol):
 
     def describe(self) -> dict: ...
 
-    def cases(self) -> Iterator[Case]:
-        """The input space as case splits, in enumeration order."""
-
     def index_of(self, tokens) -> int:
         """The enumeration index of an input (inverse of decode)."""
 
     def render(self, tokens) -> str:
         """The input as readable token names."""
+
+    @property
+    def OPTIONS(self) -> tuple[TaskOption, ...]:
+        """Its parameters besides N (the CLI's options)."""
+
+    @property
+    def SIZE_FLAGS(self) -> tuple[str, ...]:
+        """The paper's names for N, which the CLI accepts besides --N."""
+
+    @property
+    def cases(self) -> Optional[Callable[[], Iterator[Case]]]:
+        """The input space as case splits, in enumeration order (symbolic engines); None: none."""
+
+    @property
+    def dfa(self) -> Optional[np.ndarray]:
+        """A DFA (states x tokens) that accepts the inputs whose answer is 1, so that the `reach`
+        engine decides every length; None: the task is not given by one."""
+
+    @property
+    def answered(self) -> Optional[Callable[[], Checked]]:
+        """Counts its inputs (and their positions with an answer) without enumerating them: what a
+        complete run judges, which a symbolic engine cannot count; None: it cannot."""

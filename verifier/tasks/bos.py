@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..errors import InputError
-from .base import Batch, Case, Domains, Vocabulary
+from .base import Batch, Case, Checked, Domains, Vocabulary
 
 
 class _Shifted:
@@ -109,12 +109,20 @@ class WithBos(Vocabulary):
             raise InputError(f"{self.name}: the input does not start with {self.vocab[-1]}")
         return self.inner.index_of(inner[0])
 
-    @property
-    def cases(self) -> Callable[[], Iterator[Case]]:
-        """The task's cases with BOS in front; like the task, none (AttributeError, so that
-        ``hasattr(task, "cases")`` is False) when the task has no case splits (memorization)."""
+    @property  # the capabilities follow the task's: read-only here
+    def cases(self) -> Optional[Callable[[], Iterator[Case]]]:  # type: ignore[override]
+        """The task's cases with BOS in front; like the task, None when it has no case splits
+        (memorization)."""
         inner = self.inner.cases
-        return lambda: self._cases(inner)
+        return None if inner is None else lambda: self._cases(inner)
+
+    @property
+    def dfa(self) -> Optional[np.ndarray]:  # type: ignore[override]
+        return self.inner.dfa
+
+    @property
+    def answered(self) -> Optional[Callable[[], Checked]]:  # type: ignore[override]
+        return self.inner.answered
 
     def _cases(self, inner: Callable[[], Iterator[Case]]) -> Iterator[Case]:
         for c in inner():
