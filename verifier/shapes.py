@@ -34,7 +34,7 @@ import numpy as np
 from . import fooling, protocol
 from .arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from .errors import InputError, InternalError
-from .verdicts import Verdict
+from .verdicts import Verdict as RunVerdict  # shapes has its own Verdict: impossible or open
 
 MAX_P = 31
 SMALLEST_LIMIT = 1 << 17  # the largest N the smallest impossible N is looked for up to
@@ -289,7 +289,7 @@ def synthesis_check(task, shape: Shape, f: Optional[int], rounding: Optional[str
     if shape.kind == "rnn":
         r = api.run(api.build_problem(task.name, model=s.model, arith=fx, **synthesis.task_options(task)))
         s.whole_dataset = f"{r.verdict} on all {r.total:,} inputs by {r.engine}"
-        if r.verdict != Verdict.PROVED:
+        if r.verdict != RunVerdict.PROVED:
             raise InternalError(f"the synthesized model does not solve {task.name}: {s.whole_dataset}")
     return f"bounded synthesis found a model of the shape that solves the task, {s.whole_dataset} {where}"
 
