@@ -132,6 +132,19 @@ class Fixed:
     accumulate: str
     shift: Optional[int] = None  # den = 2^shift and num = 1: the primitives are shifts
 
+    # -- what a subclass gives ------------------------------------------------------------------
+    def check_capacity(self, max_terms: int) -> None:
+        raise NotImplementedError
+
+    def smt_width(self, max_terms: int) -> int:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        raise NotImplementedError
+
+    def label(self) -> str:
+        raise NotImplementedError
+
     # -- the format ---------------------------------------------------------------------------
     @property
     def step(self) -> Fraction:

@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 import z3
 
-from .arithmetic import threshold_code
+from .arithmetic import Fixed, threshold_code
 from .budget import Deadline
 from .evaluator import Cone, Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
 from .symbolic import Sym, SymFX
@@ -192,6 +192,7 @@ def _recurrent(ev: RecurrentEvaluator, S: SymFX, maps: _Maps) -> tuple[list, dic
 def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadline | None) -> tuple[list, dict]:
     """The residual stream at the positions the readout reads, as `Evaluator.forward` computes it."""
     fx, q, t = ev.arith, ev.q, ev.tables
+    assert t is not None and isinstance(fx, Fixed)  # the engines' evaluators: FX, with the layer-0 tables
     V, d = len(q.vocab), q.d
     rows = [j * V + dom for j, dom in enumerate(S.domains)]
     track = maps.track

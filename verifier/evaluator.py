@@ -125,7 +125,7 @@ class Cone:
         every = model.readout.positions == "all"
         self.reads = np.arange(read_from(model), L) if every else np.array([L - 1])
         causal = [layer.causal for layer in model.layers] if isinstance(model, Model) else [True]
-        self.modes: dict[tuple[str, int], str] = {}
+        self.modes: dict[tuple[str, Optional[int]], str] = {}
         for li, c in enumerate(causal):
             q = "exact" if li == len(causal) - 1 else "prefix" if all(causal[li + 1:]) else "all"
             self.modes["q", li] = q
@@ -146,7 +146,7 @@ class Cone:
 
     def feeds(self, scope: Optional[tuple]) -> np.ndarray:
         """(answers,) bool: the answers a value computed in `scope` feeds."""
-        return self.matrix(None, None, [0])[0] if scope is None else self.matrix(*scope[:2], [scope[2]])[0]
+        return self.matrix(None, None, [0])[0] if scope is None else self.matrix(scope[0], scope[1], [scope[2]])[0]
 
 
 class _Saturations:
@@ -400,11 +400,10 @@ class Evaluator(_Reader):
             # saturations by where they happen: keys and values (and layer 0's embedding) at each
             # position, and the rest at each query position (`Cone` says which answers they feed)
             kctx, qctx = arith.context((B, L), locate), arith.context((B, len(qpos)), locate)
-            use_tables = li == 0 and self.tables is not None
-            if use_tables:
+            t = self.tables if li == 0 else None  # layer 0 reads its tables, when built
+            if t is not None:
                 rows = positions * len(q.vocab) + tokens
                 qrows = rows[:, qpos]
-                t = self.tables
                 if kctx.track:
                     kctx.ovf |= t.kv_ovf[rows]
                     qctx.ovf |= t.q_ovf[qrows]
@@ -418,7 +417,7 @@ class Evaluator(_Reader):
             outs = []
             for hi, head in enumerate(layer.heads):
                 name = f"L{li}.H{hi}"
-                if use_tables:
+                if t is not None:
                     Vh = t.v[hi][rows]
                     if t.logits is not None:
                         S = t.logits[hi][qrows[:, :, None], rows[:, None, :]]
@@ -503,7 +502,8 @@ class RecurrentEvaluator(_Reader):
             ctx = self.arith.context((B,), locate)  # step t feeds the answers at t and after (`Cone`)
             a, h = self.step(h, tokens[:, t], ctx, f"t{t}")
             sats.add(ctx, "k", 0, [t])
-            pre.append(a), states.append(h)
+            pre.append(a)
+            states.append(h)
         H = np.stack(states, axis=1)
         if rec:
             rec("Wh", np.stack(pre, axis=1)), rec("h", H)
@@ -528,7 +528,7 @@ class RecurrentEvaluator(_Reader):
         return (y, *self._decide(y))
 
 
-def read_from(model: Model) -> int:
+def read_from(model: Model | Recurrent) -> int:
     """The first position a readout at every position reads: 1 after a BOS token (whose own output
     is not an answer), else 0."""
     return 0 if model.bos is None else 1
@@ -541,7 +541,9 @@ def _batch(cost: int) -> int:
 def make_evaluator(model: Model | Recurrent, arith: Arithmetic, tables: bool = True) -> Evaluator | RecurrentEvaluator:
     """The evaluator for a model: `tables` (the layer-0 tables of a transformer) for the engines,
     without them for the generic path that replays and traces."""
-    return (RecurrentEvaluator if isinstance(model, Recurrent) else Evaluator)(model, arith, tables)
+    if isinstance(model, Recurrent):
+        return RecurrentEvaluator(model, arith, tables)
+    return Evaluator(model, arith, tables)
 
 
 def readout_margins(y: np.ndarray, expected: np.ndarray, kind: str, theta: float) -> np.ndarray:

@@ -221,7 +221,7 @@ class _Exact:
     """A model's weights as exact rationals (`named` under the model file's names), its threshold."""
 
     model: Model | Recurrent
-    w: dict[str, np.ndarray]
+    w: dict[str, Enc]
     theta: Fraction
 
     @classmethod

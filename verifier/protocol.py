@@ -59,6 +59,7 @@ def row_keys(ev: Evaluator, position: int, token: int, head: int) -> tuple[np.nd
     """For every table row (position, token): an id of (logit code under the query of (position,
     token), value codes, saturation flag), and the logit codes.  Equal ids: interchangeable keys."""
     t, arith, V = ev.tables, ev.arith, len(ev.q.vocab)
+    assert t is not None and isinstance(arith, FixedPoint)  # `scope`: binary FX, the tables built
     ctx = arith.context((1, len(t.k[head])))
     logits = arith.scores(t.q[head][[position * V + token]], t.k[head], ctx, "logits")[0]
     flag = t.kv_ovf | ctx.ovf[0]
@@ -120,6 +121,7 @@ def simulate(ev: Evaluator, tokens: np.ndarray, alice: np.ndarray, position: int
     Returns the readout scores at `position` that Bob reconstructs, the saturation flags, and
     each head's transcript."""
     q, arith, t = ev.q, ev.arith, ev.tables
+    assert t is not None and isinstance(arith, FixedPoint)  # `scope`: binary FX, the tables built
     layer, V = q.layers[0], len(q.vocab)
     tokens, used = ev._start(tokens, False, q.P_mask)  # the saturated parameters the inputs use
     ctx = arith.context((len(tokens),))

@@ -33,6 +33,7 @@ from .engines.base import Problem
 from .errors import InternalError
 from .evaluator import fitting_evaluator
 from .tasks import Case
+from .tasks.base import case_splits
 
 RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
 RANDOM_TOTAL = 1024  # ... and this many of each in all, spread over the cases
@@ -81,7 +82,7 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
     rng, pick = np.random.default_rng(seed), random.Random(seed)  # `pick` draws indices beyond int64
     pending: dict[int, list[tuple[str, np.ndarray]]] = {}
     checked = 0
-    n_cases = sum(1 for _ in task.cases())
+    n_cases = sum(1 for _ in case_splits(task))
     width = max(1, getattr(problem.model, "d", 1))  # a model of width 0 (degenerate, still valid) costs its length
     budget = max(MIN_CASES * PER_CASE, CHECK_WORK // (task.max_len * width))
     chosen = _chosen_cases(n_cases, budget, pick)
@@ -109,7 +110,7 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
                     f"{task.answer_name(int(judged.produced[j]))} ({judged.reason[j]}); no verdict can be given")
             checked += len(rows)
 
-    for ci, case in enumerate(task.cases()):
+    for ci, case in enumerate(case_splits(task)):
         if ci not in chosen:
             continue
         indexed = [task.decode(case.offset + pick.randrange(case.count)) for _ in range(n_random)]

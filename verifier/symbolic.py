@@ -18,7 +18,7 @@ division and remainder for R(e / Z), and a monotone step function for the exp ta
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import z3
@@ -51,7 +51,7 @@ class SymFX:
     """Fixed-point operations on `Sym` values for one case split (one input length, given token
     domains), in the format `fx`."""
 
-    def __init__(self, fx: Fixed, domains: list[np.ndarray], width: int, theory: str = "bv"):
+    def __init__(self, fx: Fixed, domains: Sequence[np.ndarray], width: int, theory: str = "bv"):
         self.fx = fx
         self.domains = [np.asarray(d, dtype=np.int64) for d in domains]
         self.width = width
@@ -61,7 +61,7 @@ class SymFX:
         self.tokens = [make(f"t{j}") if len(d) > 1 else None for j, d in enumerate(self.domains)]
         self.overflows: list[Sym] = []
         self.scopes: list = []  # per overflow: the `scope` it was noted in (`evaluator.Cone`)
-        self.scope = None  # where the values being built are computed
+        self.scope: Optional[tuple] = None  # where the values being built are computed
 
     def num(self, v: int, like=None):
         """A z3 integer constant in the theory (bit-vectors as wide as `like`, or `width`).

@@ -53,6 +53,7 @@ from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
 from ..model import Model, Recurrent
 from ..tasks import Case
+from ..tasks.base import case_splits
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 from .cost import products
@@ -291,7 +292,7 @@ class Bounds:
         try:
             require_memory(MEMORY, "the bounds engine's working set")
             run = _Run(problem, opts, stats)
-            for batch in _batches(task.cases()):
+            for batch in _batches(case_splits(task)):
                 opts.deadline.check()
                 pending = batch
                 if run.decide(batch):

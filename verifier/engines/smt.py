@@ -23,6 +23,7 @@ from ..encoding import encode
 from .. import interrupts, solvers
 from ..errors import InputError, InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
+from ..tasks.base import case_splits
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 
@@ -67,14 +68,14 @@ class Smt:
         exact_margin = True  # every case's readout margin was a table
         case = None
         # counting the cases costs one more pass over them: only for a display that shows it
-        n_cases = sum(1 for _ in task.cases()) if opts.progress else None
+        n_cases = sum(1 for _ in case_splits(task)) if opts.progress else None
 
         def tick(case_name: Optional[str]) -> None:
             if opts.progress:
                 opts.progress(Tick(result.covered, task.total, stats["cases"], n_cases, case_name))
 
         try:
-            for case in task.cases():
+            for case in case_splits(task):
                 opts.deadline.check()
                 tick(case.name)
                 stats["cases"] += 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import InputError
-from .base import Batch, Case, Task, TaskOption, flag
+from .base import Batch, Case, Task, TaskOption, Vocabulary, flag
 from .composition import Composition
 from .boolean import Disjointness, Equality, SparseThreshold
 from .icqa import Icqa
@@ -15,7 +15,7 @@ from .nearest_neighbour import Mqar, NearestNeighbour
 from .sequences import Dyck22, InductionHeads
 from .user import DatasetTask, ReferenceTask
 
-TASKS = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,
+TASKS: dict[str, type[Vocabulary]] = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,
          "sparse_threshold": SparseThreshold, "nearest_neighbour": NearestNeighbour, "mqar": Mqar,
          "memorization": Memorization, "icqa": Icqa, "template_matching": TemplateMatching,
          "ictm": Ictm, "induction_heads": InductionHeads, "dyck22": Dyck22,

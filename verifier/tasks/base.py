@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, InternalError
 
 NO_ANSWER = -1  # a per-position answer that is not required: that position is not judged
 
@@ -86,16 +86,23 @@ class Case:
     """
 
     name: str
-    domains: list[np.ndarray]
-    truth: Callable[[Any], Any]
+    domains: Sequence[np.ndarray]  # a list, or `Domains`
+    truth: Callable[..., Any]  # called with S alone (a lambda may bind more by its defaults)
     offset: int
     count: int
-    valid: Optional[Callable[[Any], Any]] = None
+    valid: Optional[Callable[..., Any]] = None
     answer_at: Optional[tuple[int, np.ndarray]] = None
 
     @property
     def length(self) -> int:
         return len(self.domains)
+
+
+def case_splits(task: Task) -> Iterator[Case]:
+    """The task's case splits, for an engine whose `unsupported` refused a task without them."""
+    if task.cases is None:
+        raise InternalError(f"task {task.name} has no case splits")
+    return task.cases()
 
 
 def token_answers(vocab_size: int, first: int, count: int) -> np.ndarray:
@@ -143,6 +150,13 @@ class Vocabulary:
     The base of every task: it gives the `Task` protocol's optional capabilities their defaults
     (none), which a task overrides where it has one."""
 
+    # what a task gives (declared for the methods below; a wrapper may take them from its task)
+    name: str
+    N: int
+    vocab: list[str]
+    answer_name: Callable[[int], str]
+    evaluate: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
     per_position = False
     OPTIONS: ClassVar[tuple[TaskOption, ...]] = ()
     SIZE_FLAGS: ClassVar[tuple[str, ...]] = ()
@@ -188,6 +202,7 @@ class Task(Protocol):
     """
 
     name: str
+    N: int  # the size
     vocab: list[str]
     max_len: int
     num_classes: int
@@ -243,3 +258,4 @@ class Task(Protocol):
     def answered(self) -> Optional[Callable[[], Checked]]:
         """Counts its inputs (and their positions with an answer) without enumerating them: what a
         complete run judges, which a symbolic engine cannot count; None: it cannot."""
+

@@ -10,7 +10,7 @@ answers are the task's own (a readout at every position reads positions 1 .. n, 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence, overload
 
 import numpy as np
 
@@ -51,7 +51,11 @@ class _Shifted:
         return self._S.member(j + 1, values)
 
 
-def _shifted(formula: Optional[Callable[[Any], Any]]) -> Optional[Callable[[Any], Any]]:
+@overload
+def _shifted(formula: Callable[..., Any]) -> Callable[[Any], Any]: ...
+@overload
+def _shifted(formula: Optional[Callable[..., Any]]) -> Optional[Callable[[Any], Any]]: ...
+def _shifted(formula: Optional[Callable[..., Any]]) -> Optional[Callable[[Any], Any]]:
     return None if formula is None else (lambda S: formula(_Shifted(S)))
 
 
@@ -65,7 +69,7 @@ class WithBos(Vocabulary):
         self.vocab = list(task.vocab) + [bos_name]
         self.max_len = task.max_len + 1
         self._start = np.array([self.bos], dtype=np.int64)
-        self._prefixes: dict[int, list] = {}
+        self._prefixes: dict[int, tuple[list, list]] = {}
 
     def __getattr__(self, name: str):  # name, num_classes, readout, answer_name, ...: the task's own
         if name.startswith("__") or name == "inner":  # unpickling looks these up before `inner` is set
@@ -133,11 +137,11 @@ class WithBos(Vocabulary):
             yield Case(c.name, self._domains(c.domains), _shifted(c.truth), c.offset, c.count,
                        _shifted(c.valid), at)
 
-    def _domains(self, domains) -> list[np.ndarray]:
+    def _domains(self, domains: Sequence[np.ndarray]) -> Sequence[np.ndarray]:
         """One-token domain in front; a shared prefix (`Domains`) stays shared."""
-        prefix = getattr(domains, "prefix", None)
-        if prefix is None:
+        if not isinstance(domains, Domains):
             return [self._start] + list(domains)
+        prefix = domains.prefix
         key = id(prefix)
         if key not in self._prefixes:
             self._prefixes[key] = (prefix, [self._start] + list(prefix))
