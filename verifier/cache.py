@@ -96,6 +96,7 @@ class Cache:
         self.hits = 0
         self.stored = 0
         self.rejected = 0  # rows not used: damaged, edited, or a counterexample that does not fail
+        self.db: Optional[sqlite3.Connection] = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path)

@@ -36,7 +36,7 @@ QUIET_WORKERS = {"distributed.worker.profile.enabled": False, "distributed.admin
                  "distributed.admin.system-monitor.interval": "5s"}
 # without a dashboard, the scheduler's and workers' HTTP servers (always started, on loopback) serve
 # nothing: no task counts, worker logs or profiles for any local user to read
-NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+NO_HTTP_ROUTES: dict[str, list] = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
 LOOPBACK = "127.0.0.1"
 ADDRESS = re.compile(r"^(tcp|tls|inproc|ucx)://\S+$|^[\w.-]+:\d+$")
 

@@ -247,7 +247,7 @@ def _exact(problem: Problem, ev, k: int, seed: int, workers: Optional[int], dead
         else:
             with multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init) as pool:
                 results = pool.imap(_star, chunks)  # in order: what is counted is a prefix
-                for a, b in chunks:
+                for _, b in chunks:
                     left = deadline.left()
                     try:
                         tally.merge(results.next(timeout=left), k)
@@ -278,7 +278,7 @@ def _sampled(problem: Problem, ev, n: int, seed: int, confidence: float, deadlin
     for i in draws:
         tokens = task.decode(i)
         by_length.setdefault(len(tokens), []).append((i, tokens))
-    checked, reasons, failing = Checked(), Counter(), []
+    checked, reasons, failing = Checked(), Counter[str](), []
     for rows in by_length.values():
         deadline.check()
         tokens = np.array([t for _, t in rows], dtype=np.int64)

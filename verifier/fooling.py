@@ -211,7 +211,8 @@ def dyck22(task, limit: int, rng) -> FoolingSet:
 def _random_dyck(n: int, count: int, rng) -> np.ndarray:
     """`count` distinct words of Dyck-(2,2) of length n, as blocks: a pair () or [], or a bracket
     around pairs of depth 1, ( () [] ) say (the decomposition of Lemma 1's count)."""
-    seen, rows = set(), []
+    seen: set[tuple[int, ...]] = set()
+    rows: list[list[int]] = []
     while len(rows) < count:
         word: list[int] = []
         while len(word) < n:

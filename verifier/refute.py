@@ -490,7 +490,8 @@ def _distinguishing_suffix(dfa: np.ndarray, accepting: np.ndarray, a: int, b: in
     """The shortest word (at most `room` symbols) after which exactly one of states a, b accepts."""
     from collections import deque
     acc = np.isin(np.arange(len(dfa)), accepting)
-    seen, queue = {(a, b): []}, deque([(a, b)])
+    seen: dict[tuple[int, int], list] = {(a, b): []}
+    queue = deque([(a, b)])
     while queue:
         x, y = queue.popleft()
         word = seen[(x, y)]

@@ -127,7 +127,7 @@ def _portfolio(names_: list[str], text: str, names: list[str], timeout: Optional
         child.close()
         procs.append(p)
         conns.append(parent)
-    last = ("timeout", {}, "portfolio")
+    last: tuple[str, dict, str] = ("timeout", {}, "portfolio")
     try:
         pending = list(conns)
         deadline = None if timeout is None else time.monotonic() + timeout + 1.0

@@ -58,7 +58,7 @@ class Synthesis:
 
 def family_model(task, heads: int, width: int, weights: dict) -> Model:
     """A model of the family from real weights (names as in `synthesize`)."""
-    V, n, C = len(task.vocab), task.max_len, task.num_classes
+    V, n = len(task.vocab), task.max_len
     d = V + n + width
     E = np.zeros((V, d))
     E[:, :V] = np.eye(V)

@@ -103,5 +103,5 @@ def _run(engine: Engine, problem: Problem, opts: RunOptions) -> EngineResult:
         return EngineResult(Status.TIMEOUT, 0, [])
 
 
-__all__ = ["ENGINES", "Engine", "EngineResult", "Found", "Problem", "RunOptions", "auto", "candidates", "choose",
-           "decide", "plan"]
+__all__ = ["ENGINES", "Engine", "EngineResult", "Found", "Problem", "RunOptions", "Tick", "auto", "candidates",
+           "choose", "decide", "plan"]

@@ -91,9 +91,10 @@ class Found:
     @classmethod
     def of(cls, judged: Judged, j: int, index: int, tokens: np.ndarray) -> "Found":
         """Input j of a judged batch, as a failure to report."""
-        pos = int(judged.position[j])
+        pos, reason = int(judged.position[j]), judged.reason[j]
+        assert reason is not None, "a failing input has a reason"
         return cls(index, np.array(tokens, dtype=np.int64), int(judged.expected[j]), int(judged.produced[j]),
-                   judged.reason[j], float(judged.margin[j]), None if pos < 0 else pos)
+                   reason, float(judged.margin[j]), None if pos < 0 else pos)
 
 
 @dataclass

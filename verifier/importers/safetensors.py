@@ -78,7 +78,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
                 raise InputError(f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} of {dtype}")
             spans.append((offsets[0], offsets[1], name))
         spans.sort()
-        for (a0, a1, a), (b0, _, b) in zip(spans, spans[1:]):
+        for (_, a1, a), (b0, _, b) in zip(spans, spans[1:]):
             if b0 < a1:
                 raise InputError(f"{source}: tensors {a!r} and {b!r} share bytes")
         for start, stop, name in spans:

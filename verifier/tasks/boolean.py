@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 
@@ -177,7 +177,7 @@ class SparseThreshold(_BooleanTask):
 
     name = "sparse_threshold"
     bos = True
-    OPTIONS = (
+    OPTIONS: ClassVar[tuple[TaskOption, ...]] = (
         TaskOption("s", int, 2, "Sparsity: bits per feature (random instances)."),
         TaskOption("instance", str, None, "Instance file (JSON: b and the features I, g).", path=True),
         TaskOption("instance_seed", int, 0, "Seed of the random instance."),

@@ -145,7 +145,7 @@ class Ictm(Vocabulary):
     def _parse(self, tokens: np.ndarray):
         """Per row: the template index of each of the k + 1 sequences (-1: none), and validity."""
         tokens = np.asarray(tokens, dtype=np.int64)
-        B, k, l = len(tokens), self.k, self.length
+        k, l = self.k, self.length
         seqs = np.stack([tokens[:, i * self.block:i * self.block + l] for i in range(k + 1)], axis=1)  # (B, k+1, l)
         equal = seqs[..., :, None] == seqs[..., None, :]
         match = np.all(equal[:, :, None] == self._patterns[None, None], axis=(3, 4))  # (B, k+1, T)

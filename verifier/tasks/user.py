@@ -144,7 +144,7 @@ def answer_tables(reference: "Callable | str", vocab: list[str], N: int, classes
     or one), the class names, and whether the answers are per position (module docstring)."""
     fn = load_function(reference) if isinstance(reference, str) else reference
     V = len(vocab)
-    raw, seen, shape = [], set(), None
+    raw, seen, shape = [], set[str](), None
     for n in range(1, N + 1):
         for t in np.ndindex(*(V,) * n):
             words = [vocab[i] for i in t]
@@ -392,7 +392,8 @@ class DatasetTask(Vocabulary):
 
 def _read_dataset(text: str, path: Path, ids: dict[str, int], vocab: list[str]) -> tuple[dict, set, int]:
     """(token ids -> answer names, whether lines have 'answers', non-empty lines) of a dataset file's text."""
-    rows, kinds, lines = {}, set(), 0
+    rows: dict[tuple[int, ...], Any] = {}
+    kinds, lines = set(), 0
     for no, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
