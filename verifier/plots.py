@@ -17,7 +17,7 @@ import io
 import math
 import re
 from pathlib import Path
-from typing import BinaryIO, Optional
+from typing import IO, Optional
 
 import numpy as np
 
@@ -139,7 +139,7 @@ def _axis_labels(cex: dict, n_queries: int, n_keys: int) -> tuple[list[str], lis
     return keys, [str(first + i) for i in range(n_queries)]
 
 
-def save(fig, path: str | Path, fh: Optional[BinaryIO] = None) -> Path:
+def save(fig, path: str | Path, fh: Optional[IO[bytes]] = None) -> Path:
     """Write the figure as a new file (exclusive create), or into `fh`: the file `path`, created
     before the run that drew it (`files.new_file`)."""
     path = Path(path)
@@ -149,8 +149,8 @@ def save(fig, path: str | Path, fh: Optional[BinaryIO] = None) -> Path:
     if fh is not None:
         fh.write(buf.getvalue())
         return path
-    with new_file(path, binary=True) as fh:
-        fh.write(buf.getvalue())
+    with new_file(path, binary=True) as out:
+        out.write(buf.getvalue())
     return path
 
 

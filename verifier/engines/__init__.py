@@ -41,7 +41,8 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     if first is not None and first.answer_at is not None:
         order.append(("bounds", estimate + "; the cases say which position holds the answer"))
     order += [("smt", estimate), ("exhaustive", estimate)]
-    chosen, reasons = [], []
+    chosen: list[tuple[Engine, str]] = []
+    reasons: list[str] = []
     for name, why in order:
         if any(engine is ENGINES[name] for engine, _ in chosen):
             continue
