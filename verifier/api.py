@@ -212,7 +212,8 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         raise InputError(f"nothing was checked: none of the {stop - start:,} members of {problem.task.name}'s "
                          f"enumeration in {start}..{stop} is an input with an answer, so there is no verdict to give")
     verdict = Verdict.REFUTED if cexs else Verdict.PROVED if status == Status.COMPLETE else Verdict.UNKNOWN
-    reason = "" if verdict != Verdict.UNKNOWN else _unknown_reason(status, er, deadline, start, stop, total, chosen.name)
+    reason = "" if verdict != Verdict.UNKNOWN else _unknown_reason(status, er, deadline, start, stop, total,
+                                                                    chosen.name)
     stats = dict(er.stats)
     if why is not None:
         stats["auto"] = why
@@ -269,7 +270,8 @@ def _index(i: int) -> str:
     return str(i) if i < 10 ** 300 else count_text(i)
 
 
-def _unknown_reason(status: Status, er: EngineResult, deadline: Deadline, start: int, stop: int, total: int, engine: str) -> str:
+def _unknown_reason(status: Status, er: EngineResult, deadline: Deadline, start: int, stop: int, total: int,
+                    engine: str) -> str:
     if status == Status.INTERRUPTED:
         reason = f"interrupted ({interrupts.cause()})"
     elif status == Status.TIMEOUT:

@@ -114,8 +114,8 @@ class Result:
                    arithmetic=d["arithmetic"], engine=d["engine"], covered=inputs["covered"], total=inputs["total"],
                    start=start, stop=stop, seconds=d["seconds"], min_margin=d["min_margin"],
                    counterexamples=[Counterexample.from_json(c) for c in d["counterexamples"]],
-                   tightest=d["tightest"], reason=d["reason"], engine_stats=d["engine_stats"], status=Status(d["status"]),
-                   provenance=d["provenance"], cached=d.get("cached", False), checked=inputs.get("checked"),
+                   tightest=d["tightest"], reason=d["reason"], engine_stats=d["engine_stats"],
+                   status=Status(d["status"]), provenance=d["provenance"], cached=d.get("cached", False), checked=inputs.get("checked"),
                    residual_rows=d.get("residual_rows"))
 
     def summary(self) -> str:
