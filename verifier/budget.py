@@ -96,7 +96,7 @@ class _Alarms:
         self.lock = threading.Lock()
         self.windows: list[dict] = []
         self.installed = False
-        self.previous = None  # the SIGALRM handler before ours
+        self.previous: object = None  # the SIGALRM handler before ours
         self.shield = 0
 
     @contextlib.contextmanager

@@ -414,6 +414,7 @@ def classify(claim: Claim, unbuildable: Optional[str], exact_: Optional[Exact], 
         return Finding.UNVERIFIED
     if unbuildable is not None:
         return Finding.CANNOT_BE_BUILT
+    assert exact_ is not None and model is not None, "a claim that was built has both"
     if exact_.wrong is not None:
         return Finding.WRONG_IN_EXACT
     if exact_.right_everywhere and model.verdict == "fails":
@@ -444,7 +445,7 @@ class Runner:
 
     def engine_run(self, problem, spec: str, name: str, dump: bool = False, note: str = "") -> Run:
         result = run(problem, self.engine, timeout=self.timeout)
-        tightest = result.tightest and [int(t) for t in problem.task.decode(result.tightest["index"])]
+        tightest = None if result.tightest is None else [int(t) for t in problem.task.decode(result.tightest["index"])]
         out = Run(spec, name, problem.arith.label(), result.verdict, result.covered, result.total, tightest=tightest,
                   note=note)
         if result.counterexamples:
@@ -583,8 +584,8 @@ def _words(row: Row) -> tuple[str, list[str]]:
         verdict = (f"fails as printed, in the paper's precision model: right in exact arithmetic, "
                    f"{row.paper_model.text()}")
     elif f is Finding.QUANTIZATION:
-        model = row.paper_model.text() if row.paper_model.runs else "exact arithmetic (no precision stated)"
-        verdict = (f"not an erratum: right in the paper's precision model ({model}); FX fails: "
+        precision = row.paper_model.text() if row.paper_model.runs else "exact arithmetic (no precision stated)"
+        verdict = (f"not an erratum: right in the paper's precision model ({precision}); FX fails: "
                    f"{row.binary[0].failure.line()}: a finding about binary fixed point")
     elif f is Finding.UNDERSPECIFIED:
         verdict = f"not an erratum: the paper leaves open {'; '.join(c.open)}"

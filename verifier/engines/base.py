@@ -14,7 +14,7 @@ import numpy as np
 from ..arithmetic import Fixed
 from ..budget import Deadline
 from ..evaluator import Judged, make_evaluator
-from ..model import Model
+from ..model import Model, Recurrent
 from ..tasks import Task
 from ..tasks.base import Checked
 from ..verdicts import Reason, Status
@@ -25,7 +25,7 @@ class Problem:
     """A model, a task, and the arithmetic to decide it in."""
 
     task: Task
-    model: Model
+    model: Model | Recurrent
     arith: Fixed  # FX(p, f) or another grid (`verifier.arithmetic`)
     built_in: bool = False  # the model is a built-in construction, built for this problem
     weights_sha256: Optional[str] = None  # of the model as given, when its readout rows were put in class order

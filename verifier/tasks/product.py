@@ -14,7 +14,7 @@ import bisect
 import itertools
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -34,7 +34,7 @@ def product_size(doms) -> int:
 class ProductTask(Vocabulary):
     name: str
     vocab: list[str]
-    space: list[tuple[str, list[np.ndarray]]]
+    space: Sequence[tuple[str, Sequence[np.ndarray]]]  # a list, or made when asked for (`sequences._Lengths`)
     invalid_reason = "filtered out"  # what a filtered-out element violates
 
     # -- what a subclass provides -------------------------------------------------------------
@@ -49,7 +49,7 @@ class ProductTask(Vocabulary):
         return None
 
     # -- the enumeration ----------------------------------------------------------------------
-    def _layout(self, sizes: Optional[Sequence[int]] = None, max_len: Optional[int] = None) -> None:
+    def _layout(self, sizes: Optional[Iterable[int]] = None, max_len: Optional[int] = None) -> None:
         """The cases' sizes and offsets.  A task whose cases are regular gives their sizes and the
         longest case in closed form, so that N cases of up to N positions are laid out without
         visiting their N^2 domains."""

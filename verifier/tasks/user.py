@@ -115,6 +115,7 @@ def load_attribute(spec: str, what: str = "--reference") -> Any:
         if where.endswith(".py"):
             path = regular_file(where, f"{what} module")
             mod_spec = importlib.util.spec_from_file_location(f"verify_user_{abs(hash(str(path)))}", path)
+            assert mod_spec is not None and mod_spec.loader is not None, "a .py file has a spec and a loader"
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[mod_spec.name] = module
             mod_spec.loader.exec_module(module)
@@ -303,7 +304,7 @@ class DatasetTask(Vocabulary):
         self.path = str(path)
         self.class_names = _Answers(self.classes).finish(seen, f"dataset file {path}")
         self.num_classes = len(self.class_names)
-        cls = {c: i for i, c in enumerate(self.class_names)}
+        cls: dict[Optional[str], int] = {c: i for i, c in enumerate(self.class_names)}
         cls[None] = NO_ANSWER
         self.lengths = sorted({len(k) for k in rows})
         self.max_len = self.lengths[-1]
