@@ -117,6 +117,7 @@ def _random(count: int, k: int, seed: int, thresh: float, two_sided: bool) -> Si
             best = SignVectors(T, "random", s, off, off <= thresh)
         if best.ok:
             return best
+    assert best is not None  # _TRIES > 0
     return best
 
 

@@ -81,7 +81,7 @@ def convert(path: str, vocab: list[str], *, activation: Optional[str] = None, ca
         if name not in arrays:
             extra = " (only learned absolute positions are supported)" if name == "pos_embed.W_pos" else ""
             raise InputError(f"{source}: {name} is missing{extra}")
-    blocks = sorted({int(BLOCK.match(k).group(1)) for k in arrays if BLOCK.match(k)})
+    blocks = sorted({int(m.group(1)) for k in arrays if (m := BLOCK.match(k))})
     if blocks != list(range(len(blocks))) or not blocks:
         raise InputError(f"{source}: blocks must be numbered 0..L-1 with at least one; found {blocks}")
     W_E, W_pos, W_U = arrays["embed.W_E"], arrays["pos_embed.W_pos"], arrays["unembed.W_U"]
