@@ -115,8 +115,8 @@ class Result:
                    start=start, stop=stop, seconds=d["seconds"], min_margin=d["min_margin"],
                    counterexamples=[Counterexample.from_json(c) for c in d["counterexamples"]],
                    tightest=d["tightest"], reason=d["reason"], engine_stats=d["engine_stats"],
-                   status=Status(d["status"]), provenance=d["provenance"], cached=d.get("cached", False), checked=inputs.get("checked"),
-                   residual_rows=d.get("residual_rows"))
+                   status=Status(d["status"]), provenance=d["provenance"], cached=d.get("cached", False),
+                   checked=inputs.get("checked"), residual_rows=d.get("residual_rows"))
 
     def summary(self) -> str:
         a = self.arithmetic
