@@ -151,6 +151,7 @@ class Cache:
             self.warn(f"cache {self.path}: the row of {problem.task.name} N={problem.task.describe().get('N')} at "
                       f"{problem.arith.label()} {problem_with_it}: not used, deciding the run again")
             return None
+        assert result is not None  # read and checked: no problem with it
         self.hits += 1
         result.cached = True
         return result

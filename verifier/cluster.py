@@ -195,7 +195,7 @@ class Cluster:
 
         for i, value in self.map(_decide, runs()):
             yield from _drain(ready)
-            if isinstance(value, Result) and i in keys:
+            if isinstance(value, Result) and cache is not None and i in keys:  # keys: only with a cache
                 cache.put(keys[i], value)  # a verdict only: an unknown is decided again next time
             yield i, value
         yield from _drain(ready)
