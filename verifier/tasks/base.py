@@ -158,7 +158,7 @@ class Vocabulary:
     evaluate: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
     per_position = False
-    OPTIONS: ClassVar[tuple[TaskOption, ...]] = ()
+    OPTIONS: ClassVar[tuple[TaskOption, ...]]  # not optional: every task class has its own (a wrapper, its task's)
     SIZE_FLAGS: ClassVar[tuple[str, ...]] = ()
     cases: Optional[Callable[[], Iterator[Case]]] = None
     dfa: Optional[np.ndarray] = None
@@ -239,7 +239,7 @@ class Task(Protocol):
 
     @property
     def OPTIONS(self) -> tuple[TaskOption, ...]:
-        """Its parameters besides N (the CLI's options)."""
+        """Its parameters besides N (the CLI's options); every task has this one."""
 
     @property
     def SIZE_FLAGS(self) -> tuple[str, ...]:
