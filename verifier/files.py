@@ -37,6 +37,9 @@ def new_file(path: str | Path, binary: bool = False) -> Iterator[IO]:
             break
         except FileExistsError:
             continue
+        except FileNotFoundError:
+            raise InputError(f"cannot create {path}: the directory {path.parent} does not exist "
+                             f"(create it first)") from None
         except OSError as exc:
             raise InputError(f"cannot create {path}: {exc.strerror}") from None
     try:

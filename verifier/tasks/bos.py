@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from ..errors import InputError
-from .base import Batch, Case, Domains, Vocabulary
+from .base import Batch, Case, Checked, Domains, Vocabulary
 
 
 class _Shifted:
@@ -55,6 +55,13 @@ def _shifted(formula: Optional[Callable[[Any], Any]]) -> Optional[Callable[[Any]
     return None if formula is None else (lambda S: formula(_Shifted(S)))
 
 
+# A task's optional capabilities (the `Task` protocol): the wrapper has one only when it defines
+# it itself, over the model's inputs; the task's own (over inputs without BOS) is never passed
+# through, so an engine that asks `hasattr` is told the truth.  `cases` and `answered` are wrapped
+# (present exactly when the task has them); a DFA reads no BOS, so `dfa` is absent.
+CAPABILITIES = ("cases", "answered", "dfa", "accepting")
+
+
 class WithBos(Vocabulary):
     """`task` read by a model whose inputs start with the token `bos_name`."""
 
@@ -68,8 +75,8 @@ class WithBos(Vocabulary):
         self._prefixes: dict[int, list] = {}
 
     def __getattr__(self, name: str):  # name, num_classes, readout, answer_name, ...: the task's own
-        if name.startswith("__") or name == "inner":  # unpickling looks these up before `inner` is set
-            raise AttributeError(name)
+        if name.startswith("__") or name == "inner" or name in CAPABILITIES:  # unpickling looks up `__` names
+            raise AttributeError(name)                                              # before `inner` is set
         return getattr(self.inner, name)
 
     @property
@@ -108,6 +115,12 @@ class WithBos(Vocabulary):
         if not starts[0]:
             raise InputError(f"{self.name}: the input does not start with {self.vocab[-1]}")
         return self.inner.index_of(inner[0])
+
+    @property
+    def answered(self) -> Callable[[], Checked]:
+        """The task's count of what a complete run judges (a BOS position needs no answer, so it
+        is the same); absent when the task has none."""
+        return self.inner.answered
 
     @property
     def cases(self) -> Callable[[], Iterator[Case]]:
