@@ -10,6 +10,8 @@ evaluator (`sample_check`) before it is returned.  A run that is interrupted or 
 
 from __future__ import annotations
 
+import inspect
+
 import time
 from pathlib import Path
 from dataclasses import dataclass, replace
@@ -80,6 +82,25 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
     fitted, t = check_compatible(model, t)
     arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
+
+
+def check_sizes(task: str, Ns: list[int], *, model: Optional[Model | Recurrent] = None, variant: Optional[str] = None,
+                k: Optional[int] = None, **problem) -> None:
+    """Every N of `Ns` is a size of the task (with its options) and, without a model, of the built-in
+    construction, its cost admitted (`sizes.Cost.admit`): from the sizes alone, before any run, so
+    that a range fails at once on its first bad N (InputError naming it) instead of after the
+    others ran.  `problem` holds `build_problem`'s other arguments; those not its own are task
+    options."""
+    own = set(inspect.signature(build_problem).parameters)
+    options = {key: v for key, v in problem.items() if key not in own}
+    name = canonical(task)
+    for N in Ns:
+        try:
+            t = make_task(name, N=N, **options)
+            if model is None and t.name in CONSTRUCTIONS:
+                CONSTRUCTIONS[t.name].cost(t, variant or CONSTRUCTIONS[t.name].default, k).admit()
+        except InputError as exc:
+            raise InputError(f"N = {N}: {exc}") from None
 
 
 def _format(arith, N: int, p, f, rounding: str, overflow: str, accumulate: str) -> Fixed:

@@ -360,9 +360,9 @@ def find_certificate(task, seed: int = 0, tries: int = 200) -> Optional[Certific
     return next(certificates(task, seeds, rng), None)
 
 
-def save(cert: Certificate, path: str) -> None:
-    """Write the certificate as a new JSON file (never overwrites)."""
-    with new_file(path) as fh:
+def save(cert: Certificate, path: str, force: bool = False) -> None:
+    """Write the certificate as a new JSON file (never overwrites, unless `force`)."""
+    with new_file(path, force=force) as fh:
         json.dump(cert.to_json(), fh, indent=1)
 
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from . import interrupts, usercode
-from .api import build_problem
+from .api import build_problem, check_sizes
 from .arithmetic import FixedPoint
 from .budget import Deadline
 from .cache import Cache
@@ -97,24 +97,35 @@ def p_star(verdicts: dict[int, str]) -> Optional[int]:
     return next((p for p in sorted(verdicts) if all(v == "proved" for q, v in verdicts.items() if q >= p)), None)
 
 
+RANGE_HELP = "a value (8), a range a..b with an optional step (4..64, 4..64:4) or a list (4,8,16)"
+
+
 def parse_range(text: str, name: str) -> list[int]:
-    """'2..16' or '5' or '2,4,8' -> a list of at most MAX_GRID integers (checked before it is built)."""
-    try:
-        if ".." in text:
-            a, b = (int(x) for x in text.split(".."))
-            count = b - a + 1
-            values = None
-        else:
-            items = text.split(",")
-            count = len(items)
-            values = [int(x) for x in items] if count <= MAX_GRID else None
-    except ValueError:
-        raise InputError(f"{name} must be a range like 2..16 or a list like 2,4,8; got {text!r}") from None
-    if count < 1:
-        raise InputError(f"{name} range {text!r} is empty")
-    if count > MAX_GRID:
-        raise InputError(f"{name} range {text!r} has {count:,} values; at most {MAX_GRID:,}")
-    return values if values is not None else list(range(a, b + 1))
+    """The integers of `text`: RANGE_HELP; the list items may be ranges too (2..8,16).  Sorted, each
+    once; at most MAX_GRID values (counted before the list is built); InputError (one line) when
+    `text` is none of these or names no value."""
+    def bad(why: str) -> InputError:
+        return InputError(f"{name} {text!r}: {why}; give {RANGE_HELP}")
+
+    spans, count = [], 0
+    for item in text.split(","):
+        bounds, _, step = item.strip().partition(":")
+        lo, dots, hi = bounds.partition("..")
+        try:
+            a, b, s = int(lo), int(hi) if dots else int(lo), int(step) if step else 1
+        except ValueError:
+            raise bad(f"{item.strip()!r} is not a number or a range") from None
+        if step and not dots:
+            raise bad("a step needs a range a..b:STEP")
+        if s < 1:
+            raise bad(f"the step must be >= 1, got {s}")
+        if b < a:
+            raise bad(f"the range {a}..{b} is empty")
+        count += (b - a) // s + 1
+        if count > MAX_GRID:
+            raise bad(f"more than {MAX_GRID:,} values")
+        spans.append(range(a, b + 1, s))
+    return sorted({v for span in spans for v in span})
 
 
 def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
@@ -142,6 +153,8 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
         if int_bits is not None and not 0 <= p - int_bits <= p:
             raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
+    if isinstance(task, str):
+        check_sizes(task, Ns, **problem)  # every N, from the sizes alone
     with usercode.time_limit(Deadline(timeout)):
         build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     points = [(N, p) for N in Ns for p in ps]
