@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from verifier.files import new_file
 from verifier.importers.tracr import compile_program
 from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert as convert_state_dict
 from verifier.model import META_SCHEMA
-from verifier.progress import line as progress_line
+from verifier.progress import Overall, line as progress_line
 from verifier.result import EXIT_CODES, count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
@@ -234,6 +235,41 @@ class Progress:
     def close(self) -> None:
         if self.shown:
             sys.stderr.write("\n")
+
+
+HEARTBEAT = 30.0  # seconds between overall progress lines when stderr is not a terminal
+
+
+class StatusLine:
+    """Where the overall line of a sweep or a check goes (`progress.Overall`): on a terminal, one
+    line on stderr rewritten in place every second and cleared before other output; elsewhere (a
+    log file, a pipe), a line every HEARTBEAT seconds."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.lock = threading.Lock()
+        self.shown = False
+
+    def overall(self, noun: str) -> Overall:
+        return Overall(noun, self.write, every=1.0 if self.tty else HEARTBEAT)
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            sys.stderr.write("\r\x1b[K" + text if self.tty else text + "\n")
+            sys.stderr.flush()
+            self.shown = self.tty
+
+    def echo(self, line: str, err: bool = False) -> None:
+        """A line of output, after the status line is cleared."""
+        self.clear()
+        click.echo(line, err=err)
+
+    def clear(self) -> None:
+        with self.lock:
+            if self.shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+                self.shown = False
 
 
 def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, cluster_address, as_json, dump,
@@ -443,8 +479,11 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
             raise InputError("a range of --f takes one N, no --int-bits or --plot, and -o FILE.json or "
                              "--json only")
         with new_file(output, force=force) if output else contextlib.nullcontext() as fh:
+            status = StatusLine()
             table = format_frontier(task, Ns[0], ps, fs, cache=open_cache(cache_path, no_cache), scheduler=scheduler,
-                                    progress=lambda line: click.echo(line, err=True), **problem)
+                                    progress=lambda line: status.echo(line, err=True),
+                                    overall=status.overall("runs"), **problem)
+            status.clear()
             if fh is not None:
                 fh.write(json.dumps(table.to_json(), indent=2))
                 click.echo(f"wrote {output}", err=True)
@@ -458,8 +497,10 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
     cache = open_cache(cache_path, no_cache)
     with new_file(output, force=force) if output else contextlib.nullcontext() as fh, \
             new_file(plot_path, binary=True, force=force) if plot_path else contextlib.nullcontext() as figure:
-        fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
-                      progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
+        status = StatusLine()
+        fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem, progress=lambda line: status.echo(line, err=True),
+                      overall=status.overall("runs"), scheduler=scheduler, cache=cache)
+        status.clear()
         click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
                                              + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
                                              if cache is not None else ""), err=True)
@@ -695,16 +736,20 @@ def check_cmd(paths, profile, engine, as_json, scheduler, cache_path, no_cache):
     if not as_json:
         click.echo(header)
 
+    status = StatusLine()
+
     def show(o):
         if as_json:
             return
         inputs = f"{count_text(o.result.covered)}/{count_text(o.result.total)}" if o.result else "-"
         cached = o.result is not None and o.result.cached
-        click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} "
-                   f"{'cached' if cached else f'{o.seconds:.2f}':>8}  {'ok' if o.ok else 'FAIL'}"
-                   + (f"  {o.error}" if o.error else ""))
+        status.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} "
+                    f"{'cached' if cached else f'{o.seconds:.2f}':>8}  {'ok' if o.ok else 'FAIL'}"
+                    + (f"  {o.error}" if o.error else ""))
 
-    done = check_specs(specs, profile, engine, progress=show, scheduler=scheduler, cache=cache)
+    done = check_specs(specs, profile, engine, progress=show, scheduler=scheduler, cache=cache,
+                       overall=status.overall("specs"))
+    status.clear()
     outcomes = done.outcomes
     failed = [o for o in outcomes if not o.ok]
     if as_json:

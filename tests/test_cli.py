@@ -1,6 +1,7 @@
 """The `verify` command line: exit codes, JSON, dumps, model files and bad input."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -292,3 +293,21 @@ def test_force_replaces_what_the_user_names_and_nothing_by_default(capsys, tmp_p
     assert code == 2 and "d.html' is a directory" in err and (tmp_path / "d.html").is_dir()
     with pytest.raises(verifier.errors.InputError, match="is a directory"):
         verifier.save_model(verifier.load_model(model), tmp_path / "d.html", force=True)
+
+
+def test_check_and_sweep_say_k_of_n_and_keep_saying_it_when_not_on_a_terminal(capsys, tmp_path, monkeypatch):
+    """Output redirected (stderr is no terminal under pytest): the overall line every HEARTBEAT
+    seconds while a spec runs, not only when one finishes (check printed nothing for 400 s)."""
+    monkeypatch.setattr(cli, "HEARTBEAT", 0.2)
+    spec = tmp_path / "slow.toml"
+    spec.write_text('task = "idxl"\nN = 12\np = 12\nengine = "exhaustive"\nexpect = "proved"\n')
+    fast = tmp_path / "fast.toml"
+    fast.write_text('task = "idxl"\nN = 4\np = 12\nengine = "exhaustive"\nexpect = "proved"\n')
+    code, out, err = run(capsys, "check", str(spec), str(fast), "--scheduler", "serial", "--no-cache")
+    assert code == 0 and "2 of 2 specs got the expected verdict" in out
+    beats = [line for line in err.splitlines() if " specs decided in " in line]
+    assert beats and beats[0].startswith("0 of 2 specs decided in ")
+    code, out, err = run(capsys, "sweep", "idxl", "--N", "2..3", "--p", "4,6", "--scheduler", "serial", "--no-cache")
+    lines = [line for line in err.splitlines() if line.startswith("N=")]
+    assert code == 0 and len(lines) == 4 and lines[-1].endswith("  [4 of 4]")
+    assert re.search(r"  \[1 of 4, about \d+ s left\]$", lines[0])

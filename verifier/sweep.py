@@ -28,6 +28,7 @@ from .budget import Deadline
 from .cache import Cache
 from .cluster import Cluster, Job
 from .errors import InputError
+from .progress import Overall
 from .result import Result
 from .tasks import Task
 
@@ -130,7 +131,8 @@ def parse_range(text: str, name: str) -> list[int]:
 
 def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
              progress: Optional[Callable[[str], None]] = None, int_bits: Optional[int] = None,
-             scheduler: Optional[str] = None, cache: Optional[Cache] = None, **problem) -> Frontier:
+             scheduler: Optional[str] = None, cache: Optional[Cache] = None, overall: Optional[Overall] = None,
+             **problem) -> Frontier:
     """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
     f = p - int_bits at each p: p* then measures the fraction bits a construction needs.
 
@@ -138,7 +140,8 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     and their verdicts go to `cache` as they arrive, so that the same sweep run again reads them
     instead of deciding them: an interrupted sweep resumes where it was.  `task` is a task's name, or
     a task object (a compiled Tracr program's: its N is its own, so `Ns` is [task.N]); a `model`
-    in `problem` is swept in place of the built-in construction."""
+    in `problem` is swept in place of the built-in construction.  `overall` counts the runs decided
+    (`progress.Overall`: k of n, the time left); each `progress` line ends with it."""
     if int_bits is not None and problem.get("f") is not None:
         raise InputError("--f and --int-bits both set the fractional bits; give one")
     if len(Ns) * len(ps) > MAX_POINTS:
@@ -162,20 +165,26 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     jobs = [Job(functools.partial(build_problem, task, N=N, p=p, **at(p)), engine, timeout) for N, p in points]
     results: dict[tuple[int, int], Result] = {}
     partial = None
+    overall = overall or Overall("runs", lambda line: None)
     with Cluster(scheduler) as cluster:
         try:
+            overall.start(len(points))
             for i, value in cluster.decide(jobs, cache):
                 if isinstance(value, Exception):
                     raise value
                 if value.status == "interrupted":
                     raise KeyboardInterrupt
                 results[points[i]] = value
+                overall.add(value.cached)
                 if progress:
                     N, p = points[i]
-                    progress(f"N={N} p={p}: {value.verdict} ({'cached' if value.cached else f'{value.seconds:.2f} s'})")
+                    progress(f"N={N} p={p}: {value.verdict} ({'cached' if value.cached else f'{value.seconds:.2f} s'})"
+                             f"  [{overall.brief()}]")
         except KeyboardInterrupt:
             partial = (f"interrupted ({interrupts.cause()}) with {len(results)} of {len(points)} runs decided"
                        + ("; the same command resumes from the verdict cache" if cache is not None else ""))
+        finally:
+            overall.stop()
         ran_on = cluster.describe()
     rows = [_row(N, ps, results) for N in Ns]
     f_rule = (f"f = p - {int_bits}" if int_bits is not None else
