@@ -24,7 +24,8 @@ from verifier.budget import Deadline, TimedOut
 from verifier.cache import Cache, default_path as default_cache_path
 from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
 from verifier.cluster import Cluster
-from verifier.certificates import Certificate, find_certificate, save as save_certificate, why_none
+from verifier.certificates import find_certificate, load_checked as load_certificate, save as save_certificate, \
+    why_none
 from verifier.constructions import CONSTRUCTIONS
 from verifier.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
 from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
@@ -41,7 +42,7 @@ from verifier.progress import Overall, line as progress_line
 from verifier.result import EXIT_CODES, count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
-from verifier.synthesis import synthesize
+from verifier.synthesis import certificate_lines, decide_certificate
 from verifier.sweep import RANGE_HELP, format_frontier, frontier, parse_range
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
@@ -750,15 +751,9 @@ def check_cmd(paths, profile, engine, as_json, scheduler, cache_path, no_cache):
     done = check_specs(specs, profile, engine, progress=show, scheduler=scheduler, cache=cache,
                        overall=status.overall("specs"))
     status.clear()
-    outcomes = done.outcomes
-    failed = [o for o in outcomes if not o.ok]
+    outcomes, failed = done.outcomes, done.failed
     if as_json:
-        click.echo(json.dumps({
-            "outcomes": [{"spec": str(o.spec.path), "expect": o.spec.expect, "verdict": o.verdict,
-                          "ok": o.ok, "error": o.error, "seconds": round(o.seconds, 3),
-                          "result": o.result.to_json() if o.result else None} for o in outcomes],
-            "skipped": [str(s.path) for s in done.skipped],
-            "interrupted": done.interrupted, "ran_on": done.ran_on}, indent=2))
+        click.echo(json.dumps(done.to_json(), indent=2))
     else:
         if done.skipped:
             click.echo(f"skipped (not in profile {profile}): {', '.join(s.name for s in done.skipped)}")
@@ -768,7 +763,7 @@ def check_cmd(paths, profile, engine, as_json, scheduler, cache_path, no_cache):
         click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} specs got the expected verdict"
                    + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else "")
                    + f"; ran on {done.ran_on}" + (f"; {cache.hits} read from the cache {cache.path}" if cache else ""))
-    return 1 if failed else 3 if done.interrupted else 0
+    return done.exit_code
 
 
 @cli.command("errata")
@@ -1026,32 +1021,12 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
     if heads < 1 or width < 1:
         raise InputError(f"--heads and --width must be >= 1, got {heads} and {width}")
     with deadline.enforced():
-        if cert_path:
-            problems = check_certificate(cert_path)
-            if problems:
-                raise InputError(f"certificate {cert_path} is not valid: {problems[0]}")
-            cert = Certificate.from_json(json.loads(Path(cert_path).read_text()))
-        else:
-            cert = find_certificate(task, seed)
-            if cert is None:
-                raise InputError(f"no certificate found for {task.name}: nothing to decide")
-        s = synthesize(task, cert, heads, width, fx, deadline=deadline)
-    click.echo("\n".join(cert.lines()))
-    binary = parse_format(fmt)[0] == "fx"
-    weights = f"{fx.p}-bit weights" if binary else "weights on the grid"
-    what = {"impossible": f"IMPOSSIBLE: no 1-layer ReLU model with {heads} head(s) of width {width} and {weights} "
-                          f"gets all {s.members} right",
-            "escapes": f"ESCAPES: a 1-layer ReLU model with {heads} head(s) of width {width} and {weights} "
-                       f"gets all {s.members} right in {'FX' if binary else 'the grid'}",
-            "unknown": f"UNKNOWN: z3 did not decide ({s.stats.get('reason') or 'no reason'})"}[s.verdict]
-    click.echo(f"{what}  [{fx.label()}; {s.shape['parameters']} parameters; {s.seconds:.1f} s]")
-    if s.model is not None:
-        whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, arith=fx, **task_opts),
-                             deadline=deadline)
-        c = whole.counterexamples[0] if whole.counterexamples else None
-        click.echo(f"  on the whole dataset it is {whole.verdict}" +
-                   (f": {c.input} -> {c.claim}" if c else ""))
-    return {"impossible": 0, "escapes": 1, "unknown": 3}[s.verdict]
+        cert = load_certificate(cert_path) if cert_path else find_certificate(task, seed)
+        if cert is None:
+            raise InputError(f"no certificate found for {task.name}: nothing to decide")
+        s = decide_certificate(task, cert, heads, width, fx, deadline)
+    click.echo("\n".join(cert.lines() + certificate_lines(s, fx)))
+    return s.exit_code
 
 
 @cli.command("separation")

@@ -20,7 +20,8 @@ from verifier.model import Head, Layer, Model, Readout
 from verifier import fooling
 from verifier.protocol import summaries
 from verifier.refute import random_model, refute
-from verifier.synthesis import synthesize
+from verifier.budget import Deadline
+from verifier.synthesis import certificate_lines, decide_certificate
 from verifier.tasks import make_task
 
 from training import Shape, train
@@ -236,10 +237,13 @@ def test_a_low_precision_model_collides():
 def test_bounded_synthesis_finds_a_model_that_escapes_one_certificate():
     task = make_task("icqa", 2, nq=2, na=2)
     cert = find_certificate(task)
-    s = synthesize(task, cert, heads=1, width=1, fx=FixedPoint(5), timeout=300)
-    assert s.verdict == "escapes" and s.model is not None  # checked on the members inside
+    s = decide_certificate(task, cert, heads=1, width=1, fx=FixedPoint(5), deadline=Deadline(300))
+    assert s.verdict == "escapes" and s.model is not None and s.exit_code == 1  # checked on the members inside
     whole = verifier.run(verifier.build_problem("icqa", N=2, nq=2, na=2, p=5, model=s.model))
     assert whole.verdict == "refuted"  # it escapes the certificate, not the theorem
+    c = whole.counterexamples[0]
+    assert s.whole_dataset == f"refuted: {c.input} -> {c.claim}"
+    assert certificate_lines(s, FixedPoint(5))[-1] == f"  on the whole dataset it is {s.whole_dataset}"
 
 
 # -- the command line -----------------------------------------------------------------------------

@@ -112,6 +112,11 @@ class Outcome:
     error: str = ""
     seconds: float = 0.0
 
+    def to_json(self) -> dict:
+        return {"spec": str(self.spec.path), "expect": self.spec.expect, "verdict": self.verdict, "ok": self.ok,
+                "error": self.error, "seconds": round(self.seconds, 3),
+                "result": self.result.to_json() if self.result else None}
+
 
 @dataclass
 class Checked:
@@ -122,6 +127,19 @@ class Checked:
     skipped: list[Spec]
     interrupted: Optional[list[str]] = None  # the specs an interruption left undecided
     ran_on: str = ""  # where the runs were decided (`Cluster.describe`)
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a verdict differs from the expected one, else 3 when interrupted, else 0."""
+        return 1 if self.failed else 3 if self.interrupted else 0
+
+    def to_json(self) -> dict:
+        return {"outcomes": [o.to_json() for o in self.outcomes], "skipped": [str(s.path) for s in self.skipped],
+                "interrupted": self.interrupted, "ran_on": self.ran_on}
 
 
 def load_spec(path: Path) -> Spec:

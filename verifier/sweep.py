@@ -156,9 +156,9 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
         if int_bits is not None and not 0 <= p - int_bits <= p:
             raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
-    if isinstance(task, str):
-        check_sizes(task, Ns, **problem)  # every N, from the sizes alone
-    with usercode.time_limit(Deadline(timeout)):
+    with usercode.time_limit(Deadline(timeout)):  # a user's task runs the user's code
+        if isinstance(task, str):
+            check_sizes(task, Ns, **problem)  # every N, from the sizes alone
         build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     points = [(N, p) for N in Ns for p in ps]
     name = task if isinstance(task, str) else task.name
