@@ -43,7 +43,7 @@ from verifier.result import EXIT_CODES, count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.synthesis import certificate_lines, decide_certificate
-from verifier.sweep import RANGE_HELP, format_frontier, frontier, parse_range
+from verifier.sweep import RANGE_HELP, parse_range, sweep
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
 from verifier.usercode import NotFinished, time_limit
@@ -471,48 +471,34 @@ def table_format(as_json: bool, as_csv: bool) -> str | None:
 
 def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, scheduler, cache_path, no_cache, force,
                    **problem) -> int:
-    """Run a sweep and print (and write) its table (`fmt`: json, csv or None for markdown); exit 3
-    when it was interrupted.  With a range of f (and one N): p* at each f, and the smallest format."""
+    """Run a sweep (`verifier.sweep.sweep`) and print (and write) its table (`fmt`: json, csv or None
+    for markdown); exit 3 when it was interrupted."""
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
-    if len(fs) > 1:
-        if len(Ns) != 1 or int_bits is not None or plot_path or fmt == "csv" or \
-                (output and not output.endswith(".json")):
-            raise InputError("a range of --f takes one N, no --int-bits or --plot, and -o FILE.json or "
-                             "--json only")
-        with new_file(output, force=force) if output else contextlib.nullcontext() as fh:
-            status = StatusLine()
-            table = format_frontier(task, Ns[0], ps, fs, cache=open_cache(cache_path, no_cache), scheduler=scheduler,
-                                    progress=lambda line: status.echo(line, err=True),
-                                    overall=status.overall("runs"), **problem)
-            status.clear()
-            if fh is not None:
-                fh.write(json.dumps(table.to_json(), indent=2))
-                click.echo(f"wrote {output}", err=True)
-        click.echo(json.dumps(table.to_json(), indent=2) if fmt == "json" else table.to_markdown())
-        return 3 if any(fr.partial for _, fr in table.by_f) else 0
-    f = fs[0]
     if output and not output.endswith((".csv", ".json")):
         raise InputError("-o must end in .csv or .json")
+    if len(fs) > 1 and (plot_path or fmt == "csv" or (output or "").endswith(".csv")):
+        raise InputError("a range of --f makes a table by f: no --plot or CSV (-o FILE.json or --json)")
     if plot_path:
         plots.check_output(plot_path, force)
     cache = open_cache(cache_path, no_cache)
+    status = StatusLine()
     with new_file(output, force=force) if output else contextlib.nullcontext() as fh, \
             new_file(plot_path, binary=True, force=force) if plot_path else contextlib.nullcontext() as figure:
-        status = StatusLine()
-        fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem, progress=lambda line: status.echo(line, err=True),
+        table = sweep(task, Ns, ps, fs, int_bits=int_bits, **problem, progress=lambda line: status.echo(line, err=True),
                       overall=status.overall("runs"), scheduler=scheduler, cache=cache)
         status.clear()
-        click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
-                                             + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
-                                             if cache is not None else ""), err=True)
-        render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
+        click.echo(f"ran on {table.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
+                                                + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
+                                                if cache is not None else ""), err=True)
+        render = {"markdown": table.to_markdown, "csv": getattr(table, "to_csv", None),
+                  "json": lambda: json.dumps(table.to_json(), indent=2)}
         if fh is not None:
             fh.write(render["json" if output.endswith(".json") else "csv"]())
             click.echo(f"wrote {output}", err=True)
         click.echo(render[fmt or "markdown"]())
         if figure is not None:
-            click.echo(f"wrote {plots.save(plots.frontier_figure([fr.to_json()]), plot_path, figure)}", err=True)
-    return 3 if fr.partial else 0
+            click.echo(f"wrote {plots.save(plots.frontier_figure([table.to_json()]), plot_path, figure)}", err=True)
+    return table.exit_code
 
 
 SWEEP_OUTPUT = [

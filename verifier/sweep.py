@@ -59,6 +59,11 @@ class Frontier:
     partial: Optional[str] = None  # why the sweep stopped early (None: every run finished)
     ran_on: str = ""  # where the runs were decided (`Cluster.describe`)
 
+    @property
+    def exit_code(self) -> int:
+        """3 when the sweep stopped early (the table is partial), else 0."""
+        return 3 if self.partial else 0
+
     def to_json(self) -> dict:
         return {"task": self.task, "arithmetic": self.arithmetic, "construction": self.construction,
                 "partial": self.partial, "ran_on": self.ran_on,
@@ -227,6 +232,14 @@ class FormatFrontier:
     by_f: list[tuple[int, Frontier]]
 
     @property
+    def exit_code(self) -> int:
+        return 3 if any(fr.partial for _, fr in self.by_f) else 0
+
+    @property
+    def ran_on(self) -> str:
+        return self.by_f[-1][1].ran_on if self.by_f else ""
+
+    @property
     def best(self) -> Optional[tuple[int, int]]:
         """(p*, f) with the smallest p* (the smallest f among ties), or None."""
         found = [(fr.rows[0].p_star, f) for f, fr in self.by_f if fr.rows[0].p_star is not None]
@@ -249,6 +262,17 @@ class FormatFrontier:
 
     def to_json(self) -> dict:
         return {"task": self.task, "N": self.N, "best": self.best, "by_f": {f: fr.to_json() for f, fr in self.by_f}}
+
+
+def sweep(task: "str | Task", Ns: list[int], ps: list[int], fs: list[Optional[int]] = (None,), *,
+          int_bits: Optional[int] = None, **options) -> "Frontier | FormatFrontier":
+    """The sweep the ranges ask for: `frontier` over N and p at one f (None: p // 2, or p - int_bits),
+    or with several f, `format_frontier` at one N (each f fixed: no int_bits)."""
+    if len(fs) > 1:
+        if len(Ns) != 1 or int_bits is not None:
+            raise InputError("a range of --f takes one N and no --int-bits (it fixes f at each value)")
+        return format_frontier(task, Ns[0], ps, list(fs), **options)
+    return frontier(task, Ns, ps, f=fs[0], int_bits=int_bits, **options)
 
 
 def format_frontier(task: "str | Task", N: int, ps: list[int], fs: list[int], **options) -> FormatFrontier:
