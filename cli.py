@@ -777,8 +777,18 @@ def errata_cmd(p, rows, dump, engine, timeout, details, as_json):
 
 
 @cli.command("list")
-def list_cmd():
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def list_cmd(as_json):
     """Every task, its construction, the theorem, and the construction's variants."""
+    if as_json:
+        click.echo(json.dumps({name: {
+            "aliases": [a for a, t in ALIASES.items() if t == name], "options": [o.flag for o in task.OPTIONS],
+            "size_flags": ["--N", *getattr(task, "SIZE_FLAGS", ())],
+            "construction": None if name not in CONSTRUCTIONS else {
+                "name": CONSTRUCTIONS[name].name, "theorem": CONSTRUCTIONS[name].theorem,
+                "default": CONSTRUCTIONS[name].default, "variants": CONSTRUCTIONS[name].variants,
+                "unbuildable": CONSTRUCTIONS[name].unbuildable}} for name, task in TASKS.items()}, indent=2))
+        return 0
     for name, task in TASKS.items():
         aliases = [a for a, t in ALIASES.items() if t == name]
         opts = " ".join(o.flag for o in task.OPTIONS)
@@ -838,9 +848,13 @@ def certificate_cmd(task_name, N, seed, tries, output, as_json, force, **options
 
 @cli.command("check-certificate")
 @click.argument("path", type=click.Path(dir_okay=False))
-def check_certificate_cmd(path):
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def check_certificate_cmd(path, as_json):
     """Re-check a certificate with independent code: exit 0 valid, 1 not valid."""
     problems = check_certificate(path)
+    if as_json:
+        click.echo(json.dumps({"path": path, "valid": not problems, "problems": problems}, indent=2))
+        return 1 if problems else 0
     if problems:
         click.echo(f"INVALID: {path}")
         for line in problems:
@@ -979,7 +993,7 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
               help="Seed of the examples searched around (--seed is a construction's).")
 @click.option("--timeout", type=SECONDS, default=None,
               help="Seconds for the whole command (the certificate, the formula and z3; with --shape, the count).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (--shape).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, rounding, overflow, accumulate, heads,
                    width, cert_path, seed, timeout, as_json, **options):
     """Is no model of a shape able to compute the task?
@@ -999,8 +1013,8 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
         return v.exit_code
     if p is None and fmt in (None, "fx"):
         raise InputError("give --shape (a whole shape, counted) or --p or --format (a certificate's bounded synthesis)")
-    if synthesis_timeout is not None or as_json:
-        raise InputError("--synthesis-timeout and --json are for --shape")
+    if synthesis_timeout is not None:
+        raise InputError("--synthesis-timeout is for --shape")
     rounding = rounding or "floor"
     task = _task(task_name, N, options)
     fx = make_format(fmt, N=task.N, p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
@@ -1011,7 +1025,8 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
         if cert is None:
             raise InputError(f"no certificate found for {task.name}: nothing to decide")
         s = decide_certificate(task, cert, heads, width, fx, deadline)
-    click.echo("\n".join(cert.lines() + certificate_lines(s, fx)))
+    click.echo(json.dumps({"certificate": cert.to_json(), "synthesis": s.to_json()}, indent=2) if as_json
+               else "\n".join(cert.lines() + certificate_lines(s, fx)))
     return s.exit_code
 
 

@@ -311,3 +311,16 @@ def test_check_and_sweep_say_k_of_n_and_keep_saying_it_when_not_on_a_terminal(ca
     lines = [line for line in err.splitlines() if line.startswith("N=")]
     assert code == 0 and len(lines) == 4 and lines[-1].endswith("  [4 of 4]")
     assert re.search(r"  \[1 of 4, about \d+ s left\]$", lines[0])
+
+
+def test_json_on_every_command_that_prints_a_result(capsys, tmp_path):
+    code, out, _ = run(capsys, "list", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["index_lookup"]["aliases"] == ["idxl"] and doc["reference"]["construction"] is None
+    assert doc["composition"]["options"] == ["--depth", "--coord-size"]
+    cert = tmp_path / "c.json"
+    assert run(capsys, "certificate", "icqa", "--N", "2", "-o", str(cert))[0] == 0
+    code, out, _ = run(capsys, "check-certificate", str(cert), "--json")
+    assert code == 0 and json.loads(out) == {"path": str(cert), "valid": True, "problems": []}
+    printed = {n for n, c in cli.cli.commands.items() if n not in ("export", "import", "plot", "report", "schema")}
+    assert all("--json" in {o for p in cli.cli.commands[n].params for o in p.opts} for n in printed)

@@ -60,6 +60,11 @@ class Synthesis:
         """0 when no model of the family gets the members right, 1 when one does, 3 undecided."""
         return {"impossible": 0, "escapes": 1, "unknown": 3}[self.verdict]
 
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "shape": self.shape, "arithmetic": self.arithmetic,
+                "seconds": round(self.seconds, 3), "members": self.members, "whole_dataset": self.whole_dataset,
+                "stats": self.stats}
+
 
 def family_model(task, heads: int, width: int, weights: dict) -> Model:
     """A model of the family from real weights (names as in `synthesize`)."""
