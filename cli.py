@@ -146,8 +146,7 @@ def cluster_options(fn):
 def run_timeout_option(dest: str = "timeout", which: str = ""):
     """--run-timeout: a limit on each run of a command that makes several (--timeout bounds a whole command)."""
     return click.option("--run-timeout", dest, type=SECONDS, default=None,
-                        help=f"Seconds for each run{which}; past it that run's verdict is unknown (--timeout bounds "
-                             f"a whole command).")
+                        help=f"Seconds for each run{which}; past it that run's verdict is unknown.")
 
 
 def refuse_given(names, why: str) -> None:
@@ -529,8 +528,8 @@ def sweep_output_options(fn):
 @click.option("--N", "N_range", default=None, help=f"The N: {RANGE_HELP} (a Tracr program: its --max-len).")
 @click.option("--p", "p_range", required=True, help=f"The p: {RANGE_HELP}.")
 @click.option("--f", "f_range", default=None,
-              help="Fractional bits (default p // 2 for each p); a range (0..8) with one N gives p* at each f "
-                   "and the smallest format.")
+              help=f"Fractional bits (default p // 2 for each p): {RANGE_HELP}; several, with one N, give p* at "
+                   f"each f and the smallest format.")
 @click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
@@ -579,9 +578,10 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
 @click.option("--vocab", required=True, help="The program's tokens, comma-separated: a,b,c (in token-id order).")
 @tracr_options
 @click.option("--p", "p_range", default="2..24", show_default=True,
-              help="Bits: one p verifies at p; a range (a..b) finds the smallest p that proves the program.")
+              help=f"Bits: {RANGE_HELP}.  One p verifies at p; several find the smallest p that proves the program.")
 @click.option("--f", "f_range", default=None,
-              help="Fractional bits (default p // 2); a range (0..8) finds p* at each f and the smallest format.")
+              help=f"Fractional bits (default p // 2): {RANGE_HELP}; several find p* at each f and the smallest "
+                   f"format.")
 @click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
