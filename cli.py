@@ -29,6 +29,7 @@ from verifier.certificates import find_certificate, load_checked as load_certifi
 from verifier.constructions import CONSTRUCTIONS
 from verifier.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
 from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
+from verifier.api import build_construction
 from verifier.engines import ENGINES
 from verifier.solvers import CHOICES as SOLVER_CHOICES
 from verifier.errata import CLAIMS as ERRATA_CLAIMS, run_errata, select as errata_select, to_json as errata_json, \
@@ -409,28 +410,13 @@ def exact_cmd(task_name, N, variant, k, eta, seed, model_path, p, f, start, stop
 @FORCE
 def export_cmd(task_name, N, variant, k, eta, seed, fmt, f, output, force, **options):
     """Write a built-in construction as a model file (never overwrites without --force)."""
-    task = make_task(task_name, N=N, **options)
-    if task.name not in CONSTRUCTIONS:
-        raise InputError(f"{task.name} has no built-in construction to export")
-    kc = _export_kc(fmt, f, task.N)
-    model = CONSTRUCTIONS[task.name].build(task, variant, k, eta, seed, kc)
+    model = build_construction(task_name, N=N, arith=fmt, f=f, variant=variant, k=k, eta=eta, seed=seed, **options)
     path = verifier.save_model(model, output, force)
-    variant = model.info.get("variant", CONSTRUCTIONS[task.name].default)
-    click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), "
-               f"task {task.name}, N={N}, d={model.d}, {model.n_params()} parameters")
+    name = canonical(task_name)
+    variant = model.info.get("variant", CONSTRUCTIONS[name].default)
+    click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), task {name}, N={N}, "
+               f"d={model.d}, {model.n_params()} parameters")
     return 0
-
-
-def _export_kc(fmt, f, N: int):
-    """The Kc a construction is built for: of FX's f (the whole format is not needed: p does not
-    enter Kc), or of another --format at N; None when neither is given."""
-    if parse_format(fmt)[0] != "fx":
-        return make_format(fmt, N=N, f=f).kc(N)
-    if f is None:
-        return None
-    if not 0 <= f <= 31:
-        raise InputError(f"--f must be in 0..31, got {f}")
-    return make_format(fmt, N=N, p=31, f=f).kc(N)
 
 
 def tracr_options(fn):
@@ -615,7 +601,8 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     else:
         refuse_given(("max_counterexamples", "start", "stop", "workers", "cluster_address", "dump", "trace",
                            "solver", "smtlib", "timeout"),
-                     "a single run's options: with a range of p, verify tracr finds p* (each run's limit: --run-timeout)")
+                     "a single run's options: with a range of p, verify tracr finds p* (each run's limit: "
+                     "--run-timeout)")
     with time_limit(deadline):
         compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
     if save:
@@ -1056,13 +1043,7 @@ def separation_cmd(task_name, N, p, f, shape_list, sweep_path, plot_path, timeou
         if not (plot_path and sweep_path) or N is not None or p is not None or as_json:
             raise InputError("--plot takes --sweep FILE (and no --N, --p or --json); the table takes --N and --p")
         plots.check_output(plot_path, force)
-        sweep = json.loads(Path(sweep_path).read_text())
-        name = canonical(task_name)
-        if canonical(sweep.get("task", "")) != name:
-            raise InputError(f"{sweep_path} is a sweep of {sweep.get('task')!r}, not of {name}")
-        families = [separation.parse_family(x) for x in shape_list.split(";")] if shape_list else \
-            separation.default_families(name)
-        fig = separation.frontier_figure(name, sweep, families, **task_opts)
+        fig = separation.sweep_figure(task_name, sweep_path, shape_list, **task_opts)
         click.echo(f"wrote {plots.save(fig, plot_path, force=force)}", err=True)
         return 0
     if N is None or p is None:

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import interrupts, solvers, usercode
-from .arithmetic import Fixed, make_format
+from .arithmetic import Fixed, make_format, parse_format
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
 from .engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
@@ -82,6 +82,25 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
     fitted, t = check_compatible(model, t)
     arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
+
+
+def build_construction(task: str, *, N: int, arith: Optional[str] = None, f: Optional[int] = None,
+                       variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
+                       seed: int = 0, **task_options) -> Model:
+    """The built-in construction of `task` at size N, as `verify export` writes it: built for the Kc
+    of FX's f (p does not enter Kc) or of another format `arith` at N; for neither, its default."""
+    t = make_task(canonical(task), N=N, **task_options)
+    if t.name not in CONSTRUCTIONS:
+        raise InputError(f"{t.name} has no built-in construction to export")
+    if parse_format(arith)[0] != "fx":
+        kc = make_format(arith, N=t.N, f=f).kc(t.N)
+    elif f is None:
+        kc = None
+    elif not 0 <= f <= 31:
+        raise InputError(f"--f must be in 0..31, got {f}")
+    else:
+        kc = make_format(arith, N=t.N, p=31, f=f).kc(t.N)
+    return CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, kc)
 
 
 def check_sizes(task: str, Ns: list[int], *, model: Optional[Model | Recurrent] = None, variant: Optional[str] = None,
