@@ -223,6 +223,10 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         if engine not in smt:  # another engine would write nothing there
             raise InputError(f"--smtlib writes the SMT engine's cases: it needs --engine {', '.join(smt)} (not {engine})")
         Path(smtlib).mkdir(parents=True, exist_ok=True)
+        earlier = sorted(Path(smtlib).glob("case-*.smt2"))
+        if earlier:  # the engine never overwrites a case file: refused now, not after the cases before it
+            raise InputError(f"--smtlib {smtlib} holds {earlier[0].name} from an earlier run; the export never "
+                             f"overwrites a case: give an empty directory")
     opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster, solver, smtlib)
     whole = (start, stop) == (0, total)
     options = plan(engine, problem, opts)
