@@ -592,8 +592,8 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     ps = parse_range(p_range, "--p")
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
     if len(ps) == 1:
-        refuse_given(("int_bits", "output", "plot_path", "as_csv", "run_timeout", "scheduler", "cache_path",
-                           "no_cache"), "only with a range of p")
+        refuse_given(("int_bits", "output", "plot_path", "as_csv", "run_timeout", "scheduler", "cache_path"),
+                     "only with a range of p (a single run reads and writes no cache)")
         if force and not save:
             raise InputError("--force replaces the files -o, --plot and --save write: give one")
         if len(fs) > 1:
