@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,10 +24,12 @@ from verifier.budget import Deadline, TimedOut
 from verifier.cache import Cache, default_path as default_cache_path
 from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
 from verifier.cluster import Cluster
-from verifier.certificates import Certificate, find_certificate, save as save_certificate, why_none
+from verifier.certificates import find_certificate, load_checked as load_certificate, save as save_certificate, \
+    why_none
 from verifier.constructions import CONSTRUCTIONS
 from verifier.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
 from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
+from verifier.api import build_construction
 from verifier.engines import ENGINES
 from verifier.solvers import CHOICES as SOLVER_CHOICES
 from verifier.errata import CLAIMS as ERRATA_CLAIMS, run_errata, select as errata_select, to_json as errata_json, \
@@ -36,12 +39,12 @@ from verifier.files import new_file
 from verifier.importers.tracr import compile_program
 from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert as convert_state_dict
 from verifier.model import META_SCHEMA
-from verifier.progress import line as progress_line
+from verifier.progress import Overall, line as progress_line
 from verifier.result import EXIT_CODES, count_text
 from verifier.refute import METHODS, refute, refute_random
 from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
-from verifier.synthesis import synthesize
-from verifier.sweep import format_frontier, frontier, parse_range
+from verifier.synthesis import certificate_lines, decide_certificate
+from verifier.sweep import RANGE_HELP, parse_range, sweep
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
 from verifier.usercode import NotFinished, time_limit
@@ -103,14 +106,15 @@ def run_options(fn):
                      help="Write each case the SMT engine sends to a solver as SMT-LIB 2 in DIR (with --engine "
                           "smt, smt-bv or smt-int)."),
         click.option("--timeout", type=SECONDS, default=None,
-                     help="Seconds for the whole run (building included); past it the verdict is unknown."),
+                     help="Seconds for the whole command (building included); past it the verdict is unknown."),
         click.option("--max-counterexamples", type=int, default=1, show_default=True,
                      help="Stop after this many counterexamples."),
         click.option("--start", type=int, default=0, help="First input of the range (enumeration order)."),
         click.option("--stop", type=int, default=None, help="End of the range (exclusive; default: all)."),
         click.option("--workers", type=int, default=None, help="Processes (default: both cores for large spaces)."),
-        click.option("--scheduler", default=None,
-                     help="Split enumeration over a Dask cluster: local, or a scheduler address (tcp://host:8786)."),
+        click.option("--cluster", "cluster_address", default=None,
+                     help="Split this run's enumeration over a Dask cluster: local, or a scheduler address "
+                          "(tcp://host:8786).  (--scheduler is where a sweep's or a check's runs go.)"),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
         click.option("--dump", type=click.Path(file_okay=False), default=None,
                      help="Write each counterexample, with its full trace, as a JSON file in DIR."),
@@ -140,6 +144,26 @@ def cluster_options(fn):
     return fn
 
 
+def run_timeout_option(dest: str = "timeout", which: str = ""):
+    """--run-timeout: a limit on each run of a command that makes several (--timeout bounds a whole command)."""
+    return click.option("--run-timeout", dest, type=SECONDS, default=None,
+                        help=f"Seconds for each run{which}; past it that run's verdict is unknown.")
+
+
+def refuse_given(names, why: str) -> None:
+    """InputError naming the options among `names` (parameter names) the user gave (click's parameter
+    source: an option given at its default value counts as given)."""
+    ctx = click.get_current_context()
+    flags = [next(max(p.opts, key=len) for p in ctx.command.params if p.name == name)
+             for name in names if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
+    if flags:
+        raise InputError(f"{', '.join(flags)}: {why}")
+
+
+FORCE = click.option("--force", is_flag=True, help="Replace the files this command writes if they exist (never by "
+                                                    "default).")
+
+
 def open_cache(cache_path: str | None, no_cache: bool) -> Cache | None:
     if no_cache and cache_path:
         raise InputError("give --cache or --no-cache, not both")
@@ -151,7 +175,8 @@ CONSTRUCTION_OPTIONS = {
                             help="paper (as printed) or corrected (the default); see verify list."),
     "k": click.option("--k", "k", type=int, default=None, help="Width of the sign vectors T (default: rule)."),
     "eta": click.option("--eta", type=NUMBER, default=None, help="Attention scale (default: the paper's rule)."),
-    "seed": click.option("--seed", type=int, default=0, show_default=True, help="Seed for random sign vectors."),
+    "seed": click.option("--seed", type=int, default=0, show_default=True,
+                         help="Seed of the construction's random sign vectors (the searches' is --search-seed)."),
 }
 
 
@@ -213,13 +238,48 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
+HEARTBEAT = 30.0  # seconds between overall progress lines when stderr is not a terminal
+
+
+class StatusLine:
+    """Where the overall line of a sweep or a check goes (`progress.Overall`): on a terminal, one
+    line on stderr rewritten in place every second and cleared before other output; elsewhere (a
+    log file, a pipe), a line every HEARTBEAT seconds."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.lock = threading.Lock()
+        self.shown = False
+
+    def overall(self, noun: str) -> Overall:
+        return Overall(noun, self.write, every=1.0 if self.tty else HEARTBEAT)
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            sys.stderr.write("\r\x1b[K" + text if self.tty else text + "\n")
+            sys.stderr.flush()
+            self.shown = self.tty
+
+    def echo(self, line: str, err: bool = False) -> None:
+        """A line of output, after the status line is cleared."""
+        self.clear()
+        click.echo(line, err=err)
+
+    def clear(self) -> None:
+        with self.lock:
+            if self.shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+                self.shown = False
+
+
+def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, cluster_address, as_json, dump,
            want_trace, solver="z3", smtlib=None) -> int:
     if dump:
         prepare_dump_dir(dump)
     progress = Progress()
     try:
-        with Cluster(scheduler) if scheduler else contextlib.nullcontext() as cluster:
+        with Cluster(cluster_address) if cluster_address else contextlib.nullcontext() as cluster:
             result = verifier.run(problem, engine, max_counterexamples=max_counterexamples, deadline=deadline,
                                   start=start, stop=stop, workers=workers, progress=progress, cluster=cluster,
                                   solver=solver, smtlib=smtlib)
@@ -249,9 +309,13 @@ def decide(problem, engine, deadline, max_counterexamples, start, stop, workers,
     return result.exit_code
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.version_option(package_name="verify", prog_name="verify", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Finite-precision verifier for hand-constructed transformer weights."""
+    if ctx.invoked_subcommand is None:  # a bare `verify` asks what there is: the help, exit 0
+        click.echo(ctx.get_help())
 
 
 def _task_command(task_name: str, name: str) -> None:
@@ -268,13 +332,13 @@ def _task_command(task_name: str, name: str) -> None:
     @construction_options(construction.options)
     @run_options
     def command(N, fmt, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout, max_counterexamples,
-                start, stop, workers, scheduler, as_json, dump, trace, **options):
+                start, stop, workers, cluster_address, as_json, dump, trace, **options):
         deadline = Deadline(timeout)
         with deadline.enforced():
             problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding,
                                              overflow=overflow, accumulate=accumulate, **options)
-        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
-                      trace, solver, smtlib)
+        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, cluster_address, as_json,
+                      dump, trace, solver, smtlib)
 
 
 for _name in [*TASKS, *ALIASES]:
@@ -290,7 +354,7 @@ for _name in [*TASKS, *ALIASES]:
 @arithmetic_options
 @run_options
 def run_cmd(model_path, task_name, N, fmt, p, f, rounding, overflow, accumulate, engine, solver, smtlib, timeout,
-            max_counterexamples, start, stop, workers, scheduler, as_json, dump, trace, **options):
+            max_counterexamples, start, stop, workers, cluster_address, as_json, dump, trace, **options):
     """Verify a model from a file (docs/model-format.md) on a task."""
     deadline = Deadline(timeout)
     parse_format(fmt)  # a bad --format fails before the model file is read
@@ -298,8 +362,8 @@ def run_cmd(model_path, task_name, N, fmt, p, f, rounding, overflow, accumulate,
         model = verifier.load_model(model_path)
         problem = verifier.build_problem(task_name, N=N, arith=fmt, p=p, f=f, rounding=rounding, overflow=overflow,
                                          accumulate=accumulate, model=model, **options)
-    return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json, dump,
-                  trace, solver, smtlib)
+    return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, cluster_address, as_json,
+                  dump, trace, solver, smtlib)
 
 
 @cli.command("exact")
@@ -343,30 +407,16 @@ def exact_cmd(task_name, N, variant, k, eta, seed, model_path, p, f, start, stop
 @click.option("--f", "f", type=int, default=None,
               help="Fractional bits of --format fx: the paper variants' eta depends on the precision (Kc).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The .npz file to write.")
-def export_cmd(task_name, N, variant, k, eta, seed, fmt, f, output, **options):
-    """Write a built-in construction as a model file (never overwrites)."""
-    task = make_task(task_name, N=N, **options)
-    if task.name not in CONSTRUCTIONS:
-        raise InputError(f"{task.name} has no built-in construction to export")
-    kc = _export_kc(fmt, f, task.N)
-    model = CONSTRUCTIONS[task.name].build(task, variant, k, eta, seed, kc)
-    path = verifier.save_model(model, output)
-    variant = model.info.get("variant", CONSTRUCTIONS[task.name].default)
-    click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), "
-               f"task {task.name}, N={N}, d={model.d}, {model.n_params()} parameters")
+@FORCE
+def export_cmd(task_name, N, variant, k, eta, seed, fmt, f, output, force, **options):
+    """Write a built-in construction as a model file (never overwrites without --force)."""
+    model = build_construction(task_name, N=N, arith=fmt, f=f, variant=variant, k=k, eta=eta, seed=seed, **options)
+    path = verifier.save_model(model, output, force)
+    name = canonical(task_name)
+    variant = model.info.get("variant", CONSTRUCTIONS[name].default)
+    click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), task {name}, N={N}, "
+               f"d={model.d}, {model.n_params()} parameters")
     return 0
-
-
-def _export_kc(fmt, f, N: int):
-    """The Kc a construction is built for: of FX's f (the whole format is not needed: p does not
-    enter Kc), or of another --format at N; None when neither is given."""
-    if parse_format(fmt)[0] != "fx":
-        return make_format(fmt, N=N, f=f).kc(N)
-    if f is None:
-        return None
-    if not 0 <= f <= 31:
-        raise InputError(f"--f must be in 0..31, got {f}")
-    return make_format(fmt, N=N, p=31, f=f).kc(N)
 
 
 def tracr_options(fn):
@@ -397,10 +447,6 @@ def compile_tracr(program: str, vocab, max_len, causal: bool, mlp_exactness: int
     return compiled
 
 
-def _one_value(text: str | None) -> bool:
-    return text is None or (".." not in text and "," not in text)
-
-
 def table_format(as_json: bool, as_csv: bool) -> str | None:
     """The table format a sweep prints: json, csv, or None (markdown)."""
     if as_json and as_csv:
@@ -408,56 +454,48 @@ def table_format(as_json: bool, as_csv: bool) -> str | None:
     return "json" if as_json else "csv" if as_csv else None
 
 
-def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, scheduler, cache_path, no_cache,
+def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, scheduler, cache_path, no_cache, force,
                    **problem) -> int:
-    """Run a sweep and print (and write) its table (`fmt`: json, csv or None for markdown); exit 3
-    when it was interrupted.  With a range of f (and one N): p* at each f, and the smallest format."""
+    """Run a sweep (`verifier.sweep.sweep`) and print (and write) its table (`fmt`: json, csv or None
+    for markdown); exit 3 when it was interrupted."""
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
-    if not _one_value(f_range):
-        if len(Ns) != 1 or int_bits is not None or plot_path or fmt == "csv" or \
-                (output and not output.endswith(".json")):
-            raise InputError("a range of --f takes one N, no --int-bits or --plot, and -o FILE.json or "
-                             "--json only")
-        with new_file(output) if output else contextlib.nullcontext() as fh:
-            table = format_frontier(task, Ns[0], ps, fs, cache=open_cache(cache_path, no_cache), scheduler=scheduler,
-                                    progress=lambda line: click.echo(line, err=True), **problem)
-            if fh is not None:
-                fh.write(json.dumps(table.to_json(), indent=2))
-                click.echo(f"wrote {output}", err=True)
-        click.echo(json.dumps(table.to_json(), indent=2) if fmt == "json" else table.to_markdown())
-        return 3 if any(fr.partial for _, fr in table.by_f) else 0
-    f = fs[0]
     if output and not output.endswith((".csv", ".json")):
         raise InputError("-o must end in .csv or .json")
+    if len(fs) > 1 and (plot_path or fmt == "csv" or (output or "").endswith(".csv")):
+        raise InputError("a range of --f makes a table by f: no --plot or CSV (-o FILE.json or --json)")
     if plot_path:
-        plots.check_output(plot_path)
+        plots.check_output(plot_path, force)
     cache = open_cache(cache_path, no_cache)
-    with new_file(output) if output else contextlib.nullcontext() as fh, \
-            new_file(plot_path, binary=True) if plot_path else contextlib.nullcontext() as figure:
-        fr = frontier(task, Ns, ps, f=f, int_bits=int_bits, **problem,
-                      progress=lambda line: click.echo(line, err=True), scheduler=scheduler, cache=cache)
-        click.echo(f"ran on {fr.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
-                                             + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
-                                             if cache is not None else ""), err=True)
-        render = {"markdown": fr.to_markdown, "csv": fr.to_csv, "json": lambda: json.dumps(fr.to_json(), indent=2)}
+    status = StatusLine()
+    with new_file(output, force=force) if output else contextlib.nullcontext() as fh, \
+            new_file(plot_path, binary=True, force=force) if plot_path else contextlib.nullcontext() as figure:
+        table = sweep(task, Ns, ps, fs, int_bits=int_bits, **problem, progress=lambda line: status.echo(line, err=True),
+                      overall=status.overall("runs"), scheduler=scheduler, cache=cache)
+        status.clear()
+        click.echo(f"ran on {table.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
+                                                + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
+                                                if cache is not None else ""), err=True)
+        render = {"markdown": table.to_markdown, "csv": getattr(table, "to_csv", None),
+                  "json": lambda: json.dumps(table.to_json(), indent=2)}
         if fh is not None:
             fh.write(render["json" if output.endswith(".json") else "csv"]())
             click.echo(f"wrote {output}", err=True)
         click.echo(render[fmt or "markdown"]())
         if figure is not None:
-            click.echo(f"wrote {plots.save(plots.frontier_figure([fr.to_json()]), plot_path, figure)}", err=True)
-    return 3 if fr.partial else 0
+            click.echo(f"wrote {plots.save(plots.frontier_figure([table.to_json()]), plot_path, figure)}", err=True)
+    return table.exit_code
 
 
 SWEEP_OUTPUT = [
     click.option("--int-bits", "int_bits", type=int, default=None,
                  help="Integer bits, fixed: f = p - INT_BITS at each p (p* then measures fraction bits)."),
     click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-                 help="Write the table here (.csv or .json; never overwrites)."),
+                 help="Write the table here (.csv or .json; never overwrites without --force)."),
     click.option("--csv", "as_csv", is_flag=True,
                  help="Print the table as CSV (default markdown; --json: JSON; the suffix of -o decides for the file)."),
     click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
                  help="Also draw p* against log2 N with the fit, as .png or .svg (needs matplotlib)."),
+    FORCE,
 ]
 
 
@@ -473,11 +511,11 @@ def sweep_output_options(fn):
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None,
               help="Sweep this model file instead of the built-in construction.")
 @click.option("--program", default=None, help="With TASK_NAME tracr: the RASP program (as for verify tracr).")
-@click.option("--N", "N_range", default=None, help="Range of N, e.g. 2..16 (a Tracr program: its --max-len).")
-@click.option("--p", "p_range", required=True, help="Range of p, e.g. 3..16.")
+@click.option("--N", "N_range", default=None, help=f"The N: {RANGE_HELP} (a Tracr program: its --max-len).")
+@click.option("--p", "p_range", required=True, help=f"The p: {RANGE_HELP}.")
 @click.option("--f", "f_range", default=None,
-              help="Fractional bits (default p // 2 for each p); a range (0..8) with one N gives p* at each f "
-                   "and the smallest format.")
+              help=f"Fractional bits (default p // 2 for each p): {RANGE_HELP}; several, with one N, give p* at "
+                   f"each f and the smallest format.")
 @click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
@@ -485,7 +523,7 @@ def sweep_output_options(fn):
 @construction_options()
 @tracr_options
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
-@click.option("--timeout", type=SECONDS, default=None, help="Seconds per (N, p).")
+@run_timeout_option(which=" (each (N, p))")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 @sweep_output_options
 @cluster_options
@@ -508,10 +546,7 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
         if program is None or model_path is not None or N_range is not None:
             raise InputError("verify sweep tracr takes --program, --vocab and --max-len (not --model or --N)")
         vocab = options.pop("vocab")
-        given = sorted(flag(k) for k, v in options.items() if v is not None)
-        if given or (variant, k, eta) != (None, None, None):
-            raise InputError(f"a Tracr program takes no task or construction options "
-                             f"({', '.join(given) or '--variant, --k, --eta'})")
+        refuse_given([*options, "variant", "k", "eta", "seed"], "a Tracr program takes no task or construction options")
         with time_limit(Deadline(timeout)):  # compiling is building the runs, which --timeout bounds
             compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
         return sweep_frontier(compiled.task, [max_len], ps, f_range, model=compiled.model, **arith, **rest)
@@ -529,21 +564,23 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
 @click.option("--vocab", required=True, help="The program's tokens, comma-separated: a,b,c (in token-id order).")
 @tracr_options
 @click.option("--p", "p_range", default="2..24", show_default=True,
-              help="Bits: one p verifies at p; a range (a..b) finds the smallest p that proves the program.")
+              help=f"Bits: {RANGE_HELP}.  One p verifies at p; several find the smallest p that proves the program.")
 @click.option("--f", "f_range", default=None,
-              help="Fractional bits (default p // 2); a range (0..8) finds p* at each f and the smallest format.")
+              help=f"Fractional bits (default p // 2): {RANGE_HELP}; several find p* at each f and the smallest "
+                   f"format.")
 @click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
-              help="Also write the converted model as a model file (never overwrites).")
+              help="Also write the converted model as a model file (never overwrites without --force).")
 @run_options
+@run_timeout_option("run_timeout", " (each p)")
 @sweep_output_options
-@CACHE_OPTIONS[0]
-@CACHE_OPTIONS[1]
+@cluster_options
 def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, rounding, overflow, accumulate,
-              save, engine, solver, smtlib, timeout, max_counterexamples, start, stop, workers, scheduler, as_json,
-              dump, trace, int_bits, output, as_csv, plot_path, cache_path, no_cache):
+              save, engine, solver, smtlib, timeout, max_counterexamples, start, stop, workers, cluster_address,
+              as_json, dump, trace, run_timeout, int_bits, output, as_csv, plot_path, force, scheduler, cache_path,
+              no_cache):
     """Compile a RASP program with Tracr and verify the compiled weights against the RASP evaluator's
     own answers, on every input up to --max-len.  PROGRAM: lib:make_length (Tracr's library; its SOp
     arguments get rasp.tokens) or program.py[:NAME] (a SOp, or a function that returns one).
@@ -554,30 +591,37 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     deadline = Deadline(timeout)
     ps = parse_range(p_range, "--p")
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
+    if len(ps) == 1:
+        refuse_given(("int_bits", "output", "plot_path", "as_csv", "run_timeout", "scheduler", "cache_path"),
+                     "only with a range of p (a single run reads and writes no cache)")
+        if force and not save:
+            raise InputError("--force replaces the files -o, --plot and --save write: give one")
+        if len(fs) > 1:
+            raise InputError("a range of --f is for a range of p")
+    else:
+        refuse_given(("max_counterexamples", "start", "stop", "workers", "cluster_address", "dump", "trace",
+                           "solver", "smtlib", "timeout"),
+                     "a single run's options: with a range of p, verify tracr finds p* (each run's limit: "
+                     "--run-timeout)")
     with time_limit(deadline):
         compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
     if save:
-        click.echo(f"wrote {verifier.save_model(compiled.model, save)}", err=True)
+        click.echo(f"wrote {verifier.save_model(compiled.model, save, force)}", err=True)
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
-    if _one_value(p_range):
-        if int_bits is not None or output or plot_path or as_csv or not _one_value(f_range):
-            raise InputError("--int-bits, -o, --csv, --plot and a range of --f are for a range of p")
+    if len(ps) == 1:
         with deadline.enforced():
             problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], model=compiled.model, **arith)
-        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, scheduler, as_json,
+        return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, cluster_address, as_json,
                       dump, trace, solver, smtlib)
-    if (max_counterexamples, start, stop, workers, dump, trace, solver, smtlib) != \
-            (1, 0, None, None, None, False, "z3", None):
-        raise InputError("with a range of p, verify tracr finds p*: the options of a single run do not apply")
     return sweep_frontier(compiled.task, [max_len], ps, f_range, int_bits, output, table_format(as_json, as_csv),
-                          plot_path, scheduler, cache_path, no_cache, model=compiled.model, engine=engine,
-                          timeout=timeout, **arith)
+                          plot_path, scheduler, cache_path, no_cache, force, model=compiled.model, engine=engine,
+                          timeout=run_timeout, **arith)
 
 
 @cli.command("import")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
-              help="The model file to write (.npz; never overwrites).")
+              help="The model file to write (.npz; never overwrites without --force).")
 @click.option("--vocab", required=True, help="The tokens of embed.W_E's rows, comma-separated, in row order.")
 @click.option("--act", type=click.Choice(["relu", "gelu"]), default=None,
               help="The MLPs' activation (required with MLPs; gelu is refused: no exact rounding rule).")
@@ -589,14 +633,15 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
               help="Read the answer at the last position, or at every position (after BOS).")
 @click.option("--attn-scale", "attn_scale", type=SECONDS, default=None,
               help="What attention scores are divided by (default sqrt(d_head), TransformerLens's).")
-def import_cmd(path, output, vocab, act, bidirectional, bos, rows, positions, attn_scale):
+@FORCE
+def import_cmd(path, output, vocab, act, bidirectional, bos, rows, positions, attn_scale, force):
     """Convert a state dict in TransformerLens naming (.safetensors, or .pt/.pth through torch's
     weights-only loader) to a model file, after checking the conversion's float64 forward pass."""
     imported = convert_state_dict(path, split_names(vocab, "--vocab"), activation=act, causal=not bidirectional,
                                   bos=bos, rows=split_names(rows, "--rows") if rows is not None else None,
                                   positions=positions, attn_scale=attn_scale)
     model = imported.model
-    written = verifier.save_model(model, output)
+    written = verifier.save_model(model, output, force)
     heads = "/".join(str(len(l.heads)) for l in model.layers)
     mlps = sum(l.has_ffn for l in model.layers)
     click.echo(f"imported {path} (TransformerLens naming): {_count(len(model.layers), 'layer')}, heads {heads}, "
@@ -613,10 +658,11 @@ def import_cmd(path, output, vocab, act, bidirectional, bos, rows, positions, at
 @cli.command("plot")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The figure: .png or .svg.")
-def plot_cmd(paths, output):
+@FORCE
+def plot_cmd(paths, output, force):
     """Draw sweeps (sweep -o X.json; several go on one figure) or a counterexample's attention weights,
     FX against real, per head (a dump from --dump DIR).  Needs matplotlib (verify[plot])."""
-    plots.check_output(output)
+    plots.check_output(output, force)
     docs = [report.load(p) for p in paths]
     kinds = {kind for kind, _ in docs}
     if kinds == {"sweep"}:
@@ -625,21 +671,22 @@ def plot_cmd(paths, output):
         fig = plots.attention_figure(docs[0][1])
     else:
         raise InputError("verify plot draws sweeps (one or more sweep JSON files) or one counterexample dump")
-    click.echo(f"wrote {plots.save(fig, output)}")
+    click.echo(f"wrote {plots.save(fig, output, force=force)}")
     return 0
 
 
 @cli.command("report")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="The .html file to write.")
-def report_cmd(path, output):
+@FORCE
+def report_cmd(path, output, force):
     """One self-contained HTML page of a verdict (--json), a counterexample dump (--dump) or a sweep
     (sweep -o X.json): the verdict and its arithmetic, the frontier figure, the trace with the first
     FX departure marked, and the attention heatmaps."""
     kind, doc = report.load(path)
     if not output.endswith((".html", ".htm")):
         raise InputError("-o must end in .html")
-    with new_file(output) as fh:
+    with new_file(output, force=force) as fh:
         fh.write(report.render(kind, doc, source=Path(path).name))
     click.echo(f"wrote {output} ({kind} report)")
     return 0
@@ -663,25 +710,23 @@ def check_cmd(paths, profile, engine, as_json, scheduler, cache_path, no_cache):
     if not as_json:
         click.echo(header)
 
+    status = StatusLine()
+
     def show(o):
         if as_json:
             return
         inputs = f"{count_text(o.result.covered)}/{count_text(o.result.total)}" if o.result else "-"
         cached = o.result is not None and o.result.cached
-        click.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} "
-                   f"{'cached' if cached else f'{o.seconds:.2f}':>8}  {'ok' if o.ok else 'FAIL'}"
-                   + (f"  {o.error}" if o.error else ""))
+        status.echo(f"{o.spec.name:<{width}} {o.spec.expect:<8} {o.verdict:<8} {inputs:>21} "
+                    f"{'cached' if cached else f'{o.seconds:.2f}':>8}  {'ok' if o.ok else 'FAIL'}"
+                    + (f"  {o.error}" if o.error else ""))
 
-    done = check_specs(specs, profile, engine, progress=show, scheduler=scheduler, cache=cache)
-    outcomes = done.outcomes
-    failed = [o for o in outcomes if not o.ok]
+    done = check_specs(specs, profile, engine, progress=show, scheduler=scheduler, cache=cache,
+                       overall=status.overall("specs"))
+    status.clear()
+    outcomes, failed = done.outcomes, done.failed
     if as_json:
-        click.echo(json.dumps({
-            "outcomes": [{"spec": str(o.spec.path), "expect": o.spec.expect, "verdict": o.verdict,
-                          "ok": o.ok, "error": o.error, "seconds": round(o.seconds, 3),
-                          "result": o.result.to_json() if o.result else None} for o in outcomes],
-            "skipped": [str(s.path) for s in done.skipped],
-            "interrupted": done.interrupted, "ran_on": done.ran_on}, indent=2))
+        click.echo(json.dumps(done.to_json(), indent=2))
     else:
         if done.skipped:
             click.echo(f"skipped (not in profile {profile}): {', '.join(s.name for s in done.skipped)}")
@@ -691,7 +736,7 @@ def check_cmd(paths, profile, engine, as_json, scheduler, cache_path, no_cache):
         click.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} specs got the expected verdict"
                    + (f"; FAILED: {', '.join(o.spec.name for o in failed)}" if failed else "")
                    + f"; ran on {done.ran_on}" + (f"; {cache.hits} read from the cache {cache.path}" if cache else ""))
-    return 1 if failed else 3 if done.interrupted else 0
+    return done.exit_code
 
 
 @cli.command("errata")
@@ -702,7 +747,7 @@ def check_cmd(paths, profile, engine, as_json, scheduler, cache_path, no_cache):
 @click.option("--dump", type=click.Path(file_okay=False), default="errata-dumps", show_default=True,
               help="Directory for the FX counterexamples of the printed variants (new files only).")
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
-@click.option("--timeout", type=SECONDS, default=None, help="Seconds per run; past it the verdict is unknown.")
+@run_timeout_option()
 @click.option("--details", is_flag=True, help="Every row in full: the quote, the reading and each finding.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def errata_cmd(p, rows, dump, engine, timeout, details, as_json):
@@ -719,8 +764,18 @@ def errata_cmd(p, rows, dump, engine, timeout, details, as_json):
 
 
 @cli.command("list")
-def list_cmd():
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def list_cmd(as_json):
     """Every task, its construction, the theorem, and the construction's variants."""
+    if as_json:
+        click.echo(json.dumps({name: {
+            "aliases": [a for a, t in ALIASES.items() if t == name], "options": [o.flag for o in task.OPTIONS],
+            "size_flags": ["--N", *task.SIZE_FLAGS],
+            "construction": None if name not in CONSTRUCTIONS else {
+                "name": CONSTRUCTIONS[name].name, "theorem": CONSTRUCTIONS[name].theorem,
+                "default": CONSTRUCTIONS[name].default, "variants": CONSTRUCTIONS[name].variants,
+                "unbuildable": CONSTRUCTIONS[name].unbuildable}} for name, task in TASKS.items()}, indent=2))
+        return 0
     for name, task in TASKS.items():
         aliases = [a for a, t in ALIASES.items() if t == name]
         opts = " ".join(o.flag for o in task.OPTIONS)
@@ -740,8 +795,8 @@ def list_cmd():
     return 0
 
 
-SIZE = click.option("--N", "--k", "N", type=int, required=True,
-                    help="Size of the task (--k for the context pairs or blocks of icqa and ictm).")
+SIZE = click.option("--N", "N", type=int, required=True,
+                    help="Size of the task (the paper's k for the context pairs or blocks of icqa and ictm).")
 
 
 def _task(task_name: str, N: int, options: dict):
@@ -752,12 +807,14 @@ def _task(task_name: str, N: int, options: dict):
 @click.argument("task_name")
 @SIZE
 @task_option_flags(ALL_TASK_OPTIONS)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the examples searched around.")
+@click.option("--search-seed", "seed", type=int, default=0, show_default=True,
+              help="Seed of the examples searched around (--seed is a construction's).")
 @click.option("--tries", type=int, default=200, show_default=True, help="Examples to search around.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the certificate as JSON (never overwrites).")
+              help="Write the certificate as JSON (never overwrites without --force).")
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
-def certificate_cmd(task_name, N, seed, tries, output, as_json, **options):
+@FORCE
+def certificate_cmd(task_name, N, seed, tries, output, as_json, force, **options):
     """A dependent set with a label contradiction: inputs every 1-layer model in scope gets one of wrong.
 
     Exit 0 when one is found, 3 when the search finds none (where the theorem does not apply)."""
@@ -769,7 +826,7 @@ def certificate_cmd(task_name, N, seed, tries, output, as_json, **options):
         click.echo(f"no certificate found around {tries} examples of {task.name}: {why_none(task)}")
         return 3
     if output:
-        save_certificate(cert, output)
+        save_certificate(cert, output, force)
     click.echo(json.dumps(cert.to_json(), indent=1) if as_json else "\n".join(cert.lines()))
     if output and not as_json:
         click.echo(f"wrote {output}")
@@ -778,9 +835,13 @@ def certificate_cmd(task_name, N, seed, tries, output, as_json, **options):
 
 @cli.command("check-certificate")
 @click.argument("path", type=click.Path(dir_okay=False))
-def check_certificate_cmd(path):
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def check_certificate_cmd(path, as_json):
     """Re-check a certificate with independent code: exit 0 valid, 1 not valid."""
     problems = check_certificate(path)
+    if as_json:
+        click.echo(json.dumps({"path": path, "valid": not problems, "problems": problems}, indent=2))
+        return 1 if problems else 0
     if problems:
         click.echo(f"INVALID: {path}")
         for line in problems:
@@ -798,7 +859,8 @@ def check_certificate_cmd(path):
 @arithmetic_options
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), default=None, help="The model file.")
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the examples searched around.")
+@click.option("--search-seed", "seed", type=int, default=0, show_default=True,
+              help="Seed of the examples searched around (--seed is a construction's).")
 @click.option("--certificates", "budget", type=click.IntRange(min=0), default=50, show_default=True,
               help="Certificates to try before the next method.")
 @click.option("--timeout", type=SECONDS, default=None, help="Seconds for the whole run (building included).")
@@ -821,8 +883,7 @@ def refute_cmd(task_name, N, fmt, p, f, rounding, overflow, accumulate, model_pa
     if random_models is not None:
         if model_path:
             raise InputError("give --model or --random-models, not both")
-        if (engine, start, stop) != ("auto", 0, None):
-            raise InputError("--engine, --start and --stop are for one model's search (--model)")
+        refuse_given(("engine", "start", "stop"), "for one model's search (--model), not --random-models")
         try:
             heads, width, attention = shape.split(",")
             heads, width = int(heads), int(width)
@@ -883,8 +944,8 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
     deadline = Deadline(timeout)
     model = verifier.load_model(model_path) if model_path else None
     construction = dict(variant=variant, eta=eta, seed=seed) if model is None else {}
-    if model is not None and (variant, eta) != (None, None):
-        raise InputError("--variant and --eta set a built-in construction's parameters; they do not apply to --model")
+    if model is not None:
+        refuse_given(("variant", "eta", "seed"), "a built-in construction's parameters; they do not apply to --model")
     with deadline.enforced(), time_limit(deadline):
         problem = verifier.build_problem(task_name, N=N, p=p, f=f, rounding=rounding, overflow=overflow,
                                          accumulate=accumulate, model=model, **construction,
@@ -915,10 +976,11 @@ def count_cmd(task_name, N, p, f, rounding, overflow, accumulate, model_path, va
 @click.option("--width", type=int, default=1, show_default=True, help="Their query, key and value width.")
 @click.option("--certificate", "cert_path", type=click.Path(dir_okay=False), default=None,
               help="The certificate (default: the first one the search finds).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--search-seed", "seed", type=int, default=0, show_default=True,
+              help="Seed of the examples searched around (--seed is a construction's).")
 @click.option("--timeout", type=SECONDS, default=None,
               help="Seconds for the whole command (the certificate, the formula and z3; with --shape, the count).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (--shape).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, rounding, overflow, accumulate, heads,
                    width, cert_path, seed, timeout, as_json, **options):
     """Is no model of a shape able to compute the task?
@@ -929,9 +991,8 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
     deadline = Deadline(timeout)
     task_opts = {k: v for k, v in options.items() if v is not None}
     if shape_text is not None:
-        if (fmt, p, cert_path, heads, width, overflow) != (None, None, None, 1, 1, "saturate"):
-            raise InputError("--shape gives the bits and widths (binary fixed point); --format, --p, --heads, --width, "
-                             "--certificate and --overflow are for a certificate's synthesis")
+        refuse_given(("fmt", "p", "heads", "width", "cert_path", "overflow"),
+                     "for a certificate's synthesis; --shape gives the bits and widths (binary fixed point)")
         with deadline.enforced():
             v = shapes.impossible(task_name, N, shapes.parse_shape(shape_text), f, rounding, accumulate,
                                   synthesis_timeout=synthesis_timeout, **task_opts)
@@ -939,45 +1000,26 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
         return v.exit_code
     if p is None and fmt in (None, "fx"):
         raise InputError("give --shape (a whole shape, counted) or --p or --format (a certificate's bounded synthesis)")
-    if synthesis_timeout is not None or as_json:
-        raise InputError("--synthesis-timeout and --json are for --shape")
+    if synthesis_timeout is not None:
+        raise InputError("--synthesis-timeout is for --shape")
     rounding = rounding or "floor"
     task = _task(task_name, N, options)
     fx = make_format(fmt, N=task.N, p=p, f=f, rounding=rounding, overflow=overflow, accumulate=accumulate)
     if heads < 1 or width < 1:
         raise InputError(f"--heads and --width must be >= 1, got {heads} and {width}")
     with deadline.enforced():
-        if cert_path:
-            problems = check_certificate(cert_path)
-            if problems:
-                raise InputError(f"certificate {cert_path} is not valid: {problems[0]}")
-            cert = Certificate.from_json(json.loads(Path(cert_path).read_text()))
-        else:
-            cert = find_certificate(task, seed)
-            if cert is None:
-                raise InputError(f"no certificate found for {task.name}: nothing to decide")
-        s = synthesize(task, cert, heads, width, fx, deadline=deadline)
-    click.echo("\n".join(cert.lines()))
-    binary = parse_format(fmt)[0] == "fx"
-    weights = f"{fx.p}-bit weights" if binary else "weights on the grid"
-    what = {"impossible": f"IMPOSSIBLE: no 1-layer ReLU model with {heads} head(s) of width {width} and {weights} "
-                          f"gets all {s.members} right",
-            "escapes": f"ESCAPES: a 1-layer ReLU model with {heads} head(s) of width {width} and {weights} "
-                       f"gets all {s.members} right in {'FX' if binary else 'the grid'}",
-            "unknown": f"UNKNOWN: z3 did not decide ({s.stats.get('reason') or 'no reason'})"}[s.verdict]
-    click.echo(f"{what}  [{fx.label()}; {s.shape['parameters']} parameters; {s.seconds:.1f} s]")
-    if s.model is not None:
-        whole = verifier.run(verifier.build_problem(task.name, N=N, model=s.model, arith=fx, **task_opts),
-                             deadline=deadline)
-        c = whole.counterexamples[0] if whole.counterexamples else None
-        click.echo(f"  on the whole dataset it is {whole.verdict}" +
-                   (f": {c.input} -> {c.claim}" if c else ""))
-    return {"impossible": 0, "escapes": 1, "unknown": 3}[s.verdict]
+        cert = load_certificate(cert_path) if cert_path else find_certificate(task, seed)
+        if cert is None:
+            raise InputError(f"no certificate found for {task.name}: nothing to decide")
+        s = decide_certificate(task, cert, heads, width, fx, deadline)
+    click.echo(json.dumps({"certificate": cert.to_json(), "synthesis": s.to_json()}, indent=2) if as_json
+               else "\n".join(cert.lines() + certificate_lines(s, fx)))
+    return s.exit_code
 
 
 @cli.command("separation")
 @click.argument("task_name")
-@click.option("--N", "--k", "N", type=int, default=None, help="Size of the task (the table's N; not with --plot).")
+@click.option("--N", "N", type=int, default=None, help="Size of the task (the table's N; not with --plot).")
 @task_option_flags(ALL_TASK_OPTIONS)
 @click.option("--p", "p", type=int, default=None, help="Bits of the built-in construction's run (the table).")
 @click.option("--f", "f", type=int, default=None, help="Its fractional bits (default p // 2).")
@@ -988,9 +1030,10 @@ def impossible_cmd(task_name, N, shape_text, synthesis_timeout, fmt, p, f, round
               help="With --plot: the construction's sweep (verify sweep -o FILE.json), its p* by N.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Instead of the table: draw both sides over the sweep's N (.png or .svg; needs matplotlib).")
-@click.option("--timeout", type=SECONDS, default=None, help="Seconds for the construction's run.")
+@run_timeout_option(which=" (the construction's)")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def separation_cmd(task_name, N, p, f, shape_list, sweep_path, plot_path, timeout, as_json, **options):
+@FORCE
+def separation_cmd(task_name, N, p, f, shape_list, sweep_path, plot_path, timeout, as_json, force, **options):
     """Both sides of a separation at one N: the built-in construction proved at --p, and the shapes
     of the other architecture certified impossible (or not) by counting, with the smallest N of each
     (the exit code is the construction's verdict's).  With --plot and --sweep: the figure of both
@@ -999,15 +1042,9 @@ def separation_cmd(task_name, N, p, f, shape_list, sweep_path, plot_path, timeou
     if plot_path or sweep_path:
         if not (plot_path and sweep_path) or N is not None or p is not None or as_json:
             raise InputError("--plot takes --sweep FILE (and no --N, --p or --json); the table takes --N and --p")
-        plots.check_output(plot_path)
-        sweep = json.loads(Path(sweep_path).read_text())
-        name = canonical(task_name)
-        if canonical(sweep.get("task", "")) != name:
-            raise InputError(f"{sweep_path} is a sweep of {sweep.get('task')!r}, not of {name}")
-        families = [separation.parse_family(x) for x in shape_list.split(";")] if shape_list else \
-            separation.default_families(name)
-        fig = separation.frontier_figure(name, sweep, families, **task_opts)
-        click.echo(f"wrote {plots.save(fig, plot_path)}", err=True)
+        plots.check_output(plot_path, force)
+        fig = separation.sweep_figure(task_name, sweep_path, shape_list, **task_opts)
+        click.echo(f"wrote {plots.save(fig, plot_path, force=force)}", err=True)
         return 0
     if N is None or p is None:
         raise InputError("the table takes --N and --p (or --plot with --sweep)")
@@ -1026,10 +1063,26 @@ def schema_cmd(name):
     return 0
 
 
+def no_such_option(exc: click.NoSuchOption) -> str:
+    """The message of an option this command lacks: the commands that have it (verify idxl --plot:
+    sweep and separation draw), else click's guess."""
+    name = exc.option_name.split("=")[0]
+    having = sorted(n for n, c in cli.commands.items()
+                    if any(name in p.opts or name in p.secondary_opts for p in c.params))
+    if not having:
+        return exc.format_message()
+    return (f"no such option: {name} (it is an option of verify {', '.join(having[:6])}"
+            + (f" and {len(having) - 6} more" if len(having) > 6 else "") + "; see verify COMMAND --help)")
+
+
 def main(argv: list[str] | None = None) -> int:
     interrupts.install()
     try:
         code = cli.main(args=argv, prog_name="verify", standalone_mode=False)
+    except click.NoSuchOption as exc:  # click's "did you mean" guesses by spelling: say where the option is
+        where = exc.ctx.command_path if exc.ctx is not None else "verify"
+        click.echo(f"{where}: error: {no_such_option(exc)}", err=True)
+        return 2
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "verify"
         click.echo(f"{where}: error: {exc.format_message()}", err=True)

@@ -205,6 +205,21 @@ def test_auto_runs_a_memorization_model_with_bos(capsys, tmp_path):
     assert code == 1 and "REFUTED" in out and "by engine exhaustive (auto)" in out and err == ""
 
 
+@pytest.mark.parametrize("task", [make_task("memorization", 2, alphabet=2), make_task("idxl", 2),
+                                  make_task("dyck22", 4), ReferenceTask(2, lambda w: w[-1], AB)],
+                         ids=lambda t: t.name)
+def test_the_bos_wrapper_has_no_capability_it_cannot_give(task):
+    """An optional capability is present on `WithBos` only when it is over the model's inputs: the
+    task's cases and count, wrapped (none when the task has none), and never its DFA (over inputs
+    without BOS: the reach engine would run it on the wrong words)."""
+    wrapped = WithBos(task, "<s>")
+    for name in ("cases", "answered"):
+        assert (getattr(wrapped, name) is None) == (getattr(task, name) is None)
+    assert wrapped.dfa is None and not hasattr(wrapped, "accepting")
+    if task.answered is not None:
+        assert wrapped.answered() == task.answered()
+
+
 # -- item 5: names ----------------------------------------------------------------------------------------
 def test_a_saturated_recurrent_input_row_is_named():
     task = ReferenceTask(2, lambda w: w[-1], AB)

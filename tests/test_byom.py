@@ -643,3 +643,25 @@ def test_exact_weights_round_trip_through_the_model_file(tmp_path):
     assert (a.verdict, [c.input for c in a.counterexamples]) == (b.verdict, [c.input for c in b.counterexamples])
     m.readout.theta = float(m.readout.theta)  # its float64 neighbour is another model
     assert weights_sha256(back) != weights_sha256(m)
+
+
+# -- issue 24: the walkthrough's first step into a directory that does not exist --------------------------
+def test_first_token_example_into_a_missing_directory_is_one_line_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    target = tmp_path / "byom" / "first.safetensors"
+    done = subprocess.run([sys.executable, str(root / "docs/examples/first_token.py"), str(target)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and f"the directory {target.parent} does not exist" in done.stderr
+    assert not target.parent.exists()
+
+
+def test_every_writer_says_a_missing_directory_in_one_line(tmp_path):
+    with pytest.raises(InputError, match=r"the directory .*nowhere does not exist"):
+        write_safetensors(tmp_path / "nowhere" / "x.safetensors", {"a": np.zeros(2)})
+    with pytest.raises(InputError, match=r"the directory .*nowhere does not exist"):
+        save_model(random_model(np.random.default_rng(0), ["a", "b"], 2, C=2), tmp_path / "nowhere" / "m.npz")

@@ -1,6 +1,7 @@
 """The `verify` command line: exit codes, JSON, dumps, model files and bad input."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -110,7 +111,15 @@ def test_ctrl_c_gives_unknown_with_count():
     (("check", "/nonexistent"), "does not exist"),
     (("idxl", "--N", "4", "--p", "8", "--workers", "0"), "--workers"),
     (("idxl", "--N", "4", "--p", "8", "--timeout", "-1"), "--timeout"),
-    (("export", "idxl", "--N", "4", "-o", "/nonexistent/m.npz"), "No such file or directory"),
+    (("export", "idxl", "--N", "4", "-o", "/nonexistent/m.npz"), "the directory /nonexistent does not exist"),
+    (("sweep", "idxl", "--N", "2..8:0", "--p", "3"), "--N '2..8:0': the step must be >= 1"),
+    (("sweep", "idxl", "--N", "8..2", "--p", "3"), "the range 8..2 is empty"),
+    (("sweep", "idxl", "--N", "2", "--p", "3:2"), "a step needs a range"),
+    (("sweep", "idxl", "--N", "2", "--p", "1..100000"), "more than 10,000 values"),
+    (("idxl", "--N", "4", "--p", "8", "--plot", "x.png"), "it is an option of verify separation, sweep"),
+    (("certificate", "icqa", "--N", "2", "--seed", "1"), "no such option: --seed"),
+    (("tracr", "lib:make_length", "--vocab", "a,b", "--max-len", "2", "--p", "4..6", "--start", "1"),
+     "--start: a single run's options"),
     (("sweep", "idxl", "--N", "2", "--p", "3", "-o", "/nonexistent/x.csv"), "cannot create /nonexistent/x.csv"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, args, message):
@@ -219,3 +228,99 @@ def test_smt_engine_from_the_cli(capsys):
     assert code == 1 and "counterexample" in out and "z3" in out
     code, _, err = run(capsys, "idxl", "--N", "6", "--p", "12", "--engine", "smt", "--start", "5")
     assert code == 2 and "smt engine decides whole cases" in err
+
+
+# -- issue 24: one vocabulary -------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,values", [("5", [5]), ("4..8", [4, 5, 6, 7, 8]), ("4..64:20", [4, 24, 44, 64]),
+                                         ("4,8,16", [4, 8, 16]), ("16,4,8,4", [4, 8, 16]), ("2..6:2,9", [2, 4, 6, 9]),
+                                         (" 3 .. 5 ", [3, 4, 5])])
+def test_a_range_is_a_value_a_stepped_range_or_a_list(text, values):
+    from verifier.sweep import parse_range
+    assert parse_range(text, "--N") == values
+
+
+def test_a_sweep_checks_every_N_before_any_run(capsys):
+    code, out, err = run(capsys, "sweep", "equality", "--N", "4..64", "--p", "4..16", "--scheduler", "serial",
+                         "--no-cache")  # before the fix: the N = 4 runs' lines, then this error
+    assert code == 2 and out == "" and err.strip() == "verify: error: N = 5: equality needs an even N >= 2 (two " \
+                                                       "halves), got 5"
+    code, out, _ = run(capsys, "sweep", "equality", "--N", "4..8:4", "--p", "6,9", "--scheduler", "serial",
+                       "--no-cache", "--json")
+    assert code == 0 and [r["N"] for r in json.loads(out)["rows"]] == [4, 8]
+
+
+def test_version_and_a_bare_verify(capsys):
+    code, out, err = run(capsys, "--version")
+    assert code == 0 and out.startswith("verify ") and out.split()[1][0].isdigit() and err == ""
+    code, out, err = run(capsys)
+    assert code == 0 and out.startswith("Usage: verify") and "sweep" in out and err == ""
+
+
+def test_one_name_per_meaning():
+    """The same option name means one thing on every command."""
+    meanings = {}
+    for name, command in cli.cli.commands.items():
+        for p in command.params:
+            for opt in p.opts:
+                meanings.setdefault(opt, set()).add(p.name)
+    # --k is T's width; a task's size is --N (icqa and ictm too); a run's own cluster is --cluster
+    assert meanings["--k"] == {"k"} and meanings["--N"] == {"N", "N_range"}
+    assert meanings["--seed"] == {"seed"} and "--seed" not in {o for p in cli.cli.commands["certificate"].params
+                                                             for o in p.opts}
+    assert not ({"--n", "--N"} <= {o for p in cli.cli.commands["composition"].params for o in p.opts})
+    helps = {(o, p.help) for c in cli.cli.commands.values() for p in c.params for o in p.opts
+             if o in ("--scheduler", "--timeout", "--run-timeout") and isinstance(p, cli.click.Option)}
+    scheduler = {h for o, h in helps if o == "--scheduler"}
+    assert len(scheduler) == 1 and "serial" in next(iter(scheduler))
+    assert all("each run" not in h for o, h in helps if o == "--timeout")
+    assert all("each run" in h for o, h in helps if o == "--run-timeout")
+
+
+def test_force_replaces_what_the_user_names_and_nothing_by_default(capsys, tmp_path):
+    model, page, verdict = tmp_path / "m.npz", tmp_path / "r.html", tmp_path / "v.json"
+    assert run(capsys, "export", "idxl", "--N", "4", "-o", str(model))[0] == 0
+    code, _, err = run(capsys, "export", "idxl", "--N", "6", "-o", str(model))
+    assert code == 2 and err.strip() == f"verify: error: {model} exists; refusing to overwrite it (--force replaces it)"
+    assert verifier.load_model(model).info["N"] == 4
+    assert run(capsys, "export", "idxl", "--N", "6", "-o", str(model), "--force")[0] == 0
+    assert verifier.load_model(model).info["N"] == 6 and [p.name for p in tmp_path.iterdir()] == ["m.npz"]
+    verdict.write_text(run(capsys, "idxl", "--N", "4", "--p", "8", "--json")[1])
+    page.write_text("mine")
+    assert run(capsys, "report", str(verdict), "-o", str(page))[0] == 2 and page.read_text() == "mine"
+    assert run(capsys, "report", str(verdict), "-o", str(page), "--force")[0] == 0 and "<html" in page.read_text()
+    (tmp_path / "d.html").mkdir()  # a directory is never replaced
+    code, _, err = run(capsys, "report", str(verdict), "-o", str(tmp_path / "d.html"), "--force")
+    assert code == 2 and "d.html' is a directory" in err and (tmp_path / "d.html").is_dir()
+    with pytest.raises(verifier.errors.InputError, match="is a directory"):
+        verifier.save_model(verifier.load_model(model), tmp_path / "d.html", force=True)
+
+
+def test_check_and_sweep_say_k_of_n_and_keep_saying_it_when_not_on_a_terminal(capsys, tmp_path, monkeypatch):
+    """Output redirected (stderr is no terminal under pytest): the overall line every HEARTBEAT
+    seconds while a spec runs, not only when one finishes (check printed nothing for 400 s)."""
+    monkeypatch.setattr(cli, "HEARTBEAT", 0.2)
+    spec = tmp_path / "slow.toml"
+    spec.write_text('task = "idxl"\nN = 12\np = 12\nengine = "exhaustive"\nexpect = "proved"\n')
+    fast = tmp_path / "fast.toml"
+    fast.write_text('task = "idxl"\nN = 4\np = 12\nengine = "exhaustive"\nexpect = "proved"\n')
+    code, out, err = run(capsys, "check", str(spec), str(fast), "--scheduler", "serial", "--no-cache")
+    assert code == 0 and "2 of 2 specs got the expected verdict" in out
+    beats = [line for line in err.splitlines() if " specs decided in " in line]
+    assert beats and beats[0].startswith("0 of 2 specs decided in ")
+    code, out, err = run(capsys, "sweep", "idxl", "--N", "2..3", "--p", "4,6", "--scheduler", "serial", "--no-cache")
+    lines = [line for line in err.splitlines() if line.startswith("N=")]
+    assert code == 0 and len(lines) == 4 and lines[-1].endswith("  [4 of 4]")
+    assert re.search(r"  \[1 of 4, about \d+ s left\]$", lines[0])
+
+
+def test_json_on_every_command_that_prints_a_result(capsys, tmp_path):
+    code, out, _ = run(capsys, "list", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["index_lookup"]["aliases"] == ["idxl"] and doc["reference"]["construction"] is None
+    assert doc["composition"]["options"] == ["--depth", "--coord-size"]
+    cert = tmp_path / "c.json"
+    assert run(capsys, "certificate", "icqa", "--N", "2", "-o", str(cert))[0] == 0
+    code, out, _ = run(capsys, "check-certificate", str(cert), "--json")
+    assert code == 0 and json.loads(out) == {"path": str(cert), "valid": True, "problems": []}
+    printed = {n for n, c in cli.cli.commands.items() if n not in ("export", "import", "plot", "report", "schema")}
+    assert all("--json" in {o for p in cli.cli.commands[n].params for o in p.opts} for n in printed)

@@ -206,7 +206,7 @@ def test_an_interruption_while_the_local_cluster_starts_is_honoured(tmp_path, co
     worker process exists, and `delay` seconds later: the cluster is torn down and the verdict is
     unknown (exit 3) at once, not after the runs; no traceback."""
     args = _sweep("--no-cache", "--scheduler", "local") if command == "sweep" else \
-        [sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "14", "--p", "12", "--scheduler", "local"]
+        [sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "14", "--p", "12", "--cluster", "local"]
     proc = _as_a_terminal_starts_it(args, tmp_path)
     while not any("spawn_main" in line for line in _group(proc.pid)):  # a worker is starting
         assert proc.poll() is None, proc.communicate()

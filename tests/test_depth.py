@@ -178,7 +178,7 @@ def test_printed_template_matching_fails_in_exact_arithmetic():
 def test_printed_ictm_is_built_and_refuted(capsys):
     """Appendix 15 under the readings the text allows (alpha^(2) n x n): built, and every input ties
     (tests/test_chen_zou_exact.py says why); the CLI exits 1 with a replayed counterexample."""
-    code, out, _ = run(capsys, "ictm", "--k", 2, "--p", 12, "--variant", "paper", "--json")
+    code, out, _ = run(capsys, "ictm", "--N", 2, "--p", 12, "--variant", "paper", "--json")
     doc = json.loads(out)
     assert code == 1 and doc["verdict"] == "refuted" and doc["counterexamples"][0]["produced"] == "tie(a0, a1)"
 
@@ -194,14 +194,14 @@ def test_charitable_template_matching_is_proved_where_fitting_one_sequence_is_re
 
 
 def test_cli_aliases_and_list(capsys):
-    code, out, _ = run(capsys, "icqa", "--k", 2, "--nq", 3, "--na", 3, "--p", 6, "--json")
+    code, out, _ = run(capsys, "icqa", "--N", 2, "--nq", 3, "--na", 3, "--p", 6, "--json")
     assert code == 0 and json.loads(out)["task"]["k"] == 2
     code, out, _ = run(capsys, "template_matching", "--length", 2, "--p", 10)
     assert code == 0 and "PROVED" in out
     code, out, _ = run(capsys, "list")
     for name in ("memorization", "icqa", "template_matching", "ictm"):
         assert f"{name}: construction" in out and "Chen and Zou 2024" in out
-    code, _, err = run(capsys, "icqa", "--k", 2, "--p", 6, "--eta", 1)
+    code, _, err = run(capsys, "icqa", "--N", 2, "--p", 6, "--eta", 1)
     assert code == 2 and "--eta" in err  # the construction has no attention scale
 
 

@@ -223,7 +223,7 @@ ARG_VALUES = ["0", "1", "2", "3", "4", "8", "12", "-3", "1.5", "nan", "inf", "1e
 FLAGS = {"--N": ARG_VALUES, "--p": ARG_VALUES, "--f": ARG_VALUES, "--sigma": ARG_VALUES, "--k": ARG_VALUES,
          "--eta": ARG_VALUES, "--seed": ARG_VALUES, "--gamma": ARG_VALUES, "--dim": ARG_VALUES, "--s": ARG_VALUES,
          "--instance-seed": ARG_VALUES, "--max-counterexamples": ARG_VALUES, "--start": ARG_VALUES,
-         "--stop": ARG_VALUES, "--workers": ARG_VALUES, "--timeout": ARG_VALUES,
+         "--stop": ARG_VALUES, "--workers": ARG_VALUES, "--timeout": ARG_VALUES, "--run-timeout": ARG_VALUES,
          "--rounding": ["floor", "nearest", "zero", "up", ""], "--overflow": ["saturate", "error", "wrap"],
          "--accumulate": ["product", "wide", "narrow"], "--engine": ["auto", "exhaustive", "smt", "smt-int", "cvc5"],
          "--variant": ["paper", "corrected", "literal", "bogus"], "--json": None, "--trace": None,
@@ -250,7 +250,7 @@ def test_fuzz_command_line(command, flags, data, size):
         if args[0] == "export":
             args += ["-o", str(Path(tmp) / "m.npz")]
         proving = args[0] not in ("list", "schema", "nosuch", "export")
-        code, out, err = outcome(*args, *(TIMEOUT if proving else ()))
+        code, out, err = outcome(*args, *(("--run-timeout", "5") if args[0] == "sweep" else TIMEOUT if proving else ()))
     assert_sane(code, out, err)
     if code in (0, 1) and proving and args[0] != "sweep" and "--json" in args and "--trace" not in args:
         agrees_with_enumeration(tuple(args), out)

@@ -429,7 +429,11 @@ def test_the_separation_figure_is_drawn_from_a_sweep(tmp_path, capsys):
     assert code == 2 and "refusing to overwrite" in capsys.readouterr().err
     code = cli.main(["separation", "equality", "--sweep", "docs/results/dyck22-recurrent.json", "--plot",
                      str(tmp_path / "other.png")])
-    assert code == 2 and "not of equality" in capsys.readouterr().err
+    assert code == 2 and "is not a sweep of equality" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{")  # read as the report reads a sweep: one line, no internal error
+    code = cli.main(["separation", "dyck22", "--sweep", str(tmp_path / "bad.json"), "--plot", str(tmp_path / "4.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and "internal error" not in err and len(err.strip().splitlines()) == 1
     code = cli.main(["separation", "dyck22", "--N", "8", "--sweep", "docs/results/dyck22-recurrent.json", "--plot",
                      str(tmp_path / "third.png")])
     assert code == 2

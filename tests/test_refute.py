@@ -20,7 +20,8 @@ from verifier.model import Head, Layer, Model, Readout
 from verifier import fooling
 from verifier.protocol import summaries
 from verifier.refute import random_model, refute
-from verifier.synthesis import synthesize
+from verifier.budget import Deadline
+from verifier.synthesis import certificate_lines, decide_certificate
 from verifier.tasks import make_task
 
 from training import Shape, train
@@ -80,7 +81,7 @@ def test_no_certificate_where_the_theorem_does_not_apply(capsys):
     for name, N, opts in [("icqa", 1, dict(nq=3, na=3)), ("template_matching", 3, dict(substitutions=1)),
                           ("memorization", 2, {})]:
         assert find_certificate(make_task(name, N, **opts), tries=40) is None, name
-    code, out, _ = run(capsys, "certificate", "icqa", "--k", 1, "--nq", 3, "--na", 3)
+    code, out, _ = run(capsys, "certificate", "icqa", "--N", 1, "--nq", 3, "--na", 3)
     assert code == 3 and "Theorem 2 needs k >= 2" in out
 
 
@@ -236,16 +237,19 @@ def test_a_low_precision_model_collides():
 def test_bounded_synthesis_finds_a_model_that_escapes_one_certificate():
     task = make_task("icqa", 2, nq=2, na=2)
     cert = find_certificate(task)
-    s = synthesize(task, cert, heads=1, width=1, fx=FixedPoint(5), timeout=300)
-    assert s.verdict == "escapes" and s.model is not None  # checked on the members inside
+    s = decide_certificate(task, cert, heads=1, width=1, fx=FixedPoint(5), deadline=Deadline(300))
+    assert s.verdict == "escapes" and s.model is not None and s.exit_code == 1  # checked on the members inside
     whole = verifier.run(verifier.build_problem("icqa", N=2, nq=2, na=2, p=5, model=s.model))
     assert whole.verdict == "refuted"  # it escapes the certificate, not the theorem
+    c = whole.counterexamples[0]
+    assert s.whole_dataset == f"refuted: {c.input} -> {c.claim}"
+    assert certificate_lines(s, FixedPoint(5))[-1] == f"  on the whole dataset it is {s.whole_dataset}"
 
 
 # -- the command line -----------------------------------------------------------------------------
 def test_cli_certificate_refute_and_check(capsys, tmp_path):
     path = tmp_path / "c.json"
-    code, out, _ = run(capsys, "certificate", "icqa", "--k", 2, "-o", path)
+    code, out, _ = run(capsys, "certificate", "icqa", "--N", 2, "-o", path)
     assert code == 0 and "u-argument" in out and path.exists()
     code, out, _ = run(capsys, "check-certificate", path)
     assert code == 0 and out.startswith("VALID")
@@ -255,12 +259,12 @@ def test_cli_certificate_refute_and_check(capsys, tmp_path):
     assert code == 1 and out.startswith("INVALID")
     model = tmp_path / "m.npz"
     verifier.save_model(random_model(make_task("icqa", 3, nq=4, na=4), 2, 3, "relu", np.random.default_rng(1)), model)
-    code, out, _ = run(capsys, "refute", "icqa", "--k", 3, "--nq", 4, "--na", 4, "--p", 12, "--model", model,
+    code, out, _ = run(capsys, "refute", "icqa", "--N", 3, "--nq", 4, "--na", 4, "--p", 12, "--model", model,
                        "--json", "--dump", tmp_path / "d")
     doc = json.loads(out)
     assert code == 1 and doc["method"] == "dependent" and doc["certificate"] and len(doc["dumps"]) == 1
     assert "argument" in json.loads(open(doc["dumps"][0]).read())
-    code, out, _ = run(capsys, "refute", "icqa", "--k", 2, "--p", 12, "--random-models", 3, "--shape", "1,2,relu")
+    code, out, _ = run(capsys, "refute", "icqa", "--N", 2, "--p", 12, "--random-models", 3, "--shape", "1,2,relu")
     assert code == 0 and "dependent" in out
-    code, _, err = run(capsys, "refute", "icqa", "--k", 2, "--p", 12)
+    code, _, err = run(capsys, "refute", "icqa", "--N", 2, "--p", 12)
     assert code == 2 and "--model FILE is required" in err

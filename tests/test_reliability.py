@@ -264,7 +264,7 @@ def test_dump_directory_is_checked_before_the_run_and_names_never_run_out(capsys
     (("idxl", "--N", 16, "--p", 12, "--k", 100000), "index_lookup with k=100000 needs about"),
     (("idxl", "--N", 4, "--p", 12, "--sigma", 10 ** 11), "of memory"),
     (("mqar", "--N", 8, "--p", 12, "--sigma", 10 ** 7), "of memory"),
-    (("sweep", "idxl", "--N", "1..1000000000", "--p", "3..5"), "at most 10,000"),
+    (("sweep", "idxl", "--N", "1..1000000000", "--p", "3..5"), "more than 10,000 values"),
     (("sweep", "idxl", "--N", "2..3", "--p", "29..33"), "p=32 is too wide"),
     (("sweep", "idxl", "--N", "2,3,100000000", "--p", "5"), "has 100,000,002 tokens; the verifier takes at most"),
 ])

@@ -97,6 +97,19 @@ def test_report_is_one_self_contained_page(capsys, tmp_path, files, kind):
     assert run(capsys, "report", files[kind], "-o", out)[0] == 2  # never overwritten
 
 
+def test_the_report_of_a_dump_has_its_parameters_and_coverage(capsys, tmp_path, files):
+    """eta, d and k of the construction, and the inputs the run covered before it stopped (issue 24)."""
+    doc = json.loads(files["dump"].read_text())
+    total = doc["inputs"]["total"]
+    assert 1 <= doc["inputs"]["covered"] <= total == verifier.build_problem("idxl", N=4, p=12).task.total
+    out = tmp_path / "r.html"
+    assert run(capsys, "report", files["dump"], "-o", out)[0] == 0
+    page = out.read_text()
+    assert f"{doc['inputs']['covered']:,} of {total:,}" in page and "inputs covered" in page
+    for key in ("eta", "d", "k"):
+        assert f"{key}={doc['params'][key]}" in page
+
+
 def test_the_departure_is_marked_on_its_row_for_vectors_and_matrices():
     from verifier.report import _trace
     vector = {"x": {"values": [1.0, 2.0, 3.0], "real": [1.0, 2.0, 9.0]}}

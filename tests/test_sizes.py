@@ -85,7 +85,7 @@ def test_a_sweep_counts_its_runs_before_the_first(monkeypatch):
                                      ("-o", "t.json", "--plot", "missing/f.svg"), ("--plot", "exists.png")])
 def test_a_sweeps_output_paths_are_checked_before_the_first_run(monkeypatch, tmp_path, outputs):
     pytest.importorskip("matplotlib")
-    monkeypatch.setattr("cli.frontier", never)
+    monkeypatch.setattr("cli.sweep", never)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "exists.png").write_bytes(b"mine")
     code, out, err = run("sweep", "idxl", "--N", "2..3", "--p", "4..5", "--no-cache", "--scheduler", "serial", *outputs)

@@ -101,5 +101,6 @@ def test_smtlib_export_writes_every_solver_case_and_never_overwrites(tmp_path):
     files = sorted(out.iterdir())
     assert r.engine_stats["decided_by_solver"] == len(files) > 0
     assert all(f.read_text().startswith("; n=") and "(check-sat)" in f.read_text() for f in files)
-    with pytest.raises(verifier.InputError, match="never overwrites"):
+    with pytest.raises(verifier.InputError, match=rf"holds {files[0].name} from an earlier run; the export never "
+                                                  "overwrites"):  # before the first case is solved again
         verifier.prove("idxl", N=5, p=12, sigma=16, eta=1.0, engine="smt", smtlib=str(out))

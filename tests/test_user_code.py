@@ -93,9 +93,10 @@ def gone(pid: int) -> bool:
 def test_timeout_bounds_a_reference_function_that_never_returns(tmp_path, model_file, command):
     """Past --timeout the function's process is killed, and the verdict is unknown: nothing was checked."""
     (tmp_path / "ref.py").write_text(HANG)
-    grid = ["--p", 8] if command == "run" else ["--p", "4..5", "--no-cache", "--scheduler", "serial"]
+    grid = ["--p", 8, "--timeout", 3] if command == "run" else ["--p", "4..5", "--no-cache", "--scheduler", "serial",
+                                                                "--run-timeout", 3]
     proc = cli(command, "--model", model_file, "--task", "reference", "--reference", "ref.py:fn", "--vocab", "a,b",
-               "--N", 2, *grid, "--timeout", 3, cwd=tmp_path)
+               "--N", 2, *grid, cwd=tmp_path)
     assert proc.returncode == 3, (proc.stdout, proc.stderr)
     assert proc.stderr.strip() == ("verify: unknown: --reference ref.py:fn did not finish within the 3 s timeout: the "
                                    "task could not be built, so no input was checked")

@@ -10,6 +10,8 @@ evaluator (`sample_check`) before it is returned.  A run that is interrupted or 
 
 from __future__ import annotations
 
+import inspect
+
 import time
 from pathlib import Path
 from dataclasses import dataclass, replace
@@ -18,7 +20,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import interrupts, solvers, usercode
-from .arithmetic import Fixed, make_format
+from .arithmetic import Fixed, make_format, parse_format
 from .budget import Deadline, TimedOut, check_workers
 from .constructions import CONSTRUCTIONS
 from .engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
@@ -81,6 +83,44 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
     fitted, t = check_compatible(model, t)
     arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
+
+
+def build_construction(task: str, *, N: int, arith: Optional[str] = None, f: Optional[int] = None,
+                       variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
+                       seed: int = 0, **task_options) -> Model:
+    """The built-in construction of `task` at size N, as `verify export` writes it: built for the Kc
+    of FX's f (p does not enter Kc) or of another format `arith` at N; for neither, its default."""
+    t = make_task(canonical(task), N=N, **task_options)
+    if t.name not in CONSTRUCTIONS:
+        raise InputError(f"{t.name} has no built-in construction to export")
+    if parse_format(arith)[0] != "fx":
+        kc = make_format(arith, N=t.N, f=f).kc(t.N)
+    elif f is None:
+        kc = None
+    elif not 0 <= f <= 31:
+        raise InputError(f"--f must be in 0..31, got {f}")
+    else:
+        kc = make_format(arith, N=t.N, p=31, f=f).kc(t.N)
+    return CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, kc)
+
+
+def check_sizes(task: str, Ns: list[int], *, model: Optional[Model | Recurrent] = None, variant: Optional[str] = None,
+                k: Optional[int] = None, **problem) -> None:
+    """Every N of `Ns` is a size of the task (with its options) and, without a model, of the built-in
+    construction, its cost admitted (`sizes.Cost.admit`): from the sizes alone, before any run, so
+    that a range fails at once on its first bad N (InputError naming it) instead of after the
+    others ran.  `problem` holds `build_problem`'s other arguments; those not its own are task
+    options."""
+    own = set(inspect.signature(build_problem).parameters)
+    options = {key: v for key, v in problem.items() if key not in own}
+    name = canonical(task)
+    for N in Ns:
+        try:
+            t = make_task(name, N=N, **options)
+            if model is None and t.name in CONSTRUCTIONS:
+                CONSTRUCTIONS[t.name].cost(t, variant or CONSTRUCTIONS[t.name].default, k).admit()
+        except InputError as exc:
+            raise InputError(f"N = {N}: {exc}") from None
 
 
 def _format(arith, N: int, p, f, rounding: str, overflow: str, accumulate: str) -> Fixed:
@@ -184,6 +224,10 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         if engine not in smt:  # another engine would write nothing there
             raise InputError(f"--smtlib writes the SMT engine's cases: it needs --engine {', '.join(smt)} (not {engine})")
         Path(smtlib).mkdir(parents=True, exist_ok=True)
+        earlier = sorted(Path(smtlib).glob("case-*.smt2"))
+        if earlier:  # the engine never overwrites a case file: refused now, not after the cases before it
+            raise InputError(f"--smtlib {smtlib} holds {earlier[0].name} from an earlier run; the export never "
+                             f"overwrites a case: give an empty directory")
     opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster, solver, smtlib)
     whole = (start, stop) == (0, total)
     options = plan(engine, problem, opts)

@@ -360,9 +360,20 @@ def find_certificate(task, seed: int = 0, tries: int = 200) -> Optional[Certific
     return next(certificates(task, seeds, rng), None)
 
 
-def save(cert: Certificate, path: str) -> None:
-    """Write the certificate as a new JSON file (never overwrites)."""
-    with new_file(path) as fh:
+def load_checked(path: str) -> Certificate:
+    """The certificate in the file `path`, after the independent check (`certificate_check`) found
+    it valid; InputError (its first problem) otherwise."""
+    from .certificate_check import check_certificate
+    problems = check_certificate(path)
+    if problems:
+        raise InputError(f"certificate {path} is not valid: {problems[0]}")
+    with open(path, encoding="utf-8") as fh:
+        return Certificate.from_json(json.load(fh))
+
+
+def save(cert: Certificate, path: str, force: bool = False) -> None:
+    """Write the certificate as a new JSON file (never overwrites, unless `force`)."""
+    with new_file(path, force=force) as fh:
         json.dump(cert.to_json(), fh, indent=1)
 
 

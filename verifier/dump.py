@@ -90,7 +90,7 @@ def departure_text(dep: dict) -> str:
 def counterexample_document(result: Result, cex: Counterexample) -> dict:
     return {"verdict": result.verdict, "task": result.task, "construction": result.construction,
             "params": result.params, "arithmetic": result.arithmetic, "engine": result.engine,
-            "provenance": result.provenance,
+            "provenance": result.provenance, "inputs": result.inputs_json(),
             "counterexample": cex.to_json(),
             "first_departure": first_departure(cex.trace, rows=result.residual_rows, step=result.arithmetic["step"]),
             "how_to_read": HOW_TO_READ, "residual_rows": result.residual_rows, "trace": trace_json(cex.trace),

@@ -403,8 +403,8 @@ def _expect(arr, name: str, shape: tuple, text: str) -> None:
 
 # -- the file format ----------------------------------------------------------------------------
 
-def save_model(model: Model | Recurrent, path: str | Path) -> Path:
-    """Write the model as one .npz (docs/model-format.md).  Never overwrites an existing file."""
+def save_model(model: Model | Recurrent, path: str | Path, force: bool = False) -> Path:
+    """Write the model as one .npz (docs/model-format.md).  Never overwrites an existing file, unless `force`."""
     path = Path(path)
     named = model.named_arrays()
     exact = {name for name, a in named.items() if is_exact(a)}
@@ -435,7 +435,7 @@ def save_model(model: Model | Recurrent, path: str | Path) -> Path:
     if isinstance(model, Model):
         arrays["P_mask"] = np.asarray(model.P_mask, dtype=bool)
     arrays["meta"] = np.array(json.dumps(meta, allow_nan=False))
-    with new_file(path, binary=True) as fh:
+    with new_file(path, binary=True, force=force) as fh:
         np.savez(fh, **arrays)
     return path
 

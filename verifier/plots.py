@@ -23,7 +23,7 @@ import numpy as np
 
 from .dump import departure_text
 from .errors import InputError
-from .files import new_file
+from .files import check_new, new_file
 from .tasks import canonical
 
 FORMATS = (".png", ".svg")
@@ -35,13 +35,12 @@ def require_matplotlib() -> None:
         raise InputError("plots need matplotlib: pip install 'verify[plot]'")
 
 
-def check_output(path: str | Path) -> None:
-    """The figure's file name: a .png or .svg that does not exist (nothing is overwritten)."""
+def check_output(path: str | Path, force: bool = False) -> None:
+    """The figure's file name: a .png or .svg that does not exist (nothing is overwritten unless `force`)."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"{path}: a figure is written as .png or .svg")
-    if path.exists():
-        raise InputError(f"{path} exists; refusing to overwrite it")
+    check_new(path, force)
     require_matplotlib()
 
 
@@ -139,7 +138,7 @@ def _axis_labels(cex: dict, n_queries: int, n_keys: int) -> tuple[list[str], lis
     return keys, [str(first + i) for i in range(n_queries)]
 
 
-def save(fig, path: str | Path, fh: Optional[IO[bytes]] = None) -> Path:
+def save(fig, path: str | Path, fh: Optional[IO[bytes]] = None, force: bool = False) -> Path:
     """Write the figure as a new file (exclusive create), or into `fh`: the file `path`, created
     before the run that drew it (`files.new_file`)."""
     path = Path(path)
@@ -149,7 +148,7 @@ def save(fig, path: str | Path, fh: Optional[IO[bytes]] = None) -> Path:
     if fh is not None:
         fh.write(buf.getvalue())
         return path
-    with new_file(path, binary=True) as out:
+    with new_file(path, binary=True, force=force) as out:
         out.write(buf.getvalue())
     return path
 

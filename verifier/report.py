@@ -78,7 +78,7 @@ SCHEMAS = {
                 "if": {"required": ["trace"], "properties": {"trace": {"type": "object"}}},
                 "then": {"properties": {"arithmetic": {"required": ["step"]}}}},
     "dump": _obj(["verdict", "task", "arithmetic", "counterexample", "trace"], **{**_RUN, "trace": _TRACE},
-                 counterexample=_COUNTEREXAMPLE,
+                 counterexample=_COUNTEREXAMPLE, inputs=_maybe(_obj(["covered", "total"], covered=_INT, total=_INT)),
                  first_departure=_maybe(_obj(["name", "element", "fx", "real", "gap_steps"], name=_STR,
                                              element={"type": "array", "items": {**_INT, "minimum": 0}}, fx=_NUM,
                                              real=_maybe(_NUM), gap_steps=_maybe(_NUM), at=_STR)),
@@ -171,10 +171,18 @@ def _heading(doc: dict, title: str) -> str:
 
 
 def _verdict_section(doc: dict) -> str:
-    inputs = doc["inputs"]
-    rows = [("engine", _e(doc["engine"])), ("inputs covered", f"{inputs['covered']:,} of {inputs['total']:,}"),
-            ("seconds", _e(doc["seconds"])), ("status", _e(doc["status"]))]
-    checked = inputs.get("checked") or {}
+    return "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Run</h2>" + _table(_run_rows(doc))
+
+
+def _run_rows(doc: dict) -> list[tuple]:
+    """The run of a verdict or of a dump (whose run stopped at its counterexamples): the engine, the
+    inputs covered and checked, the construction's parameters (eta, d, k, ...)."""
+    inputs = doc.get("inputs")
+    rows = [("engine", _e(doc.get("engine", "?")))]
+    if inputs is not None:  # a dump written before it recorded its run's coverage has none
+        rows.append(("inputs covered", f"{inputs['covered']:,} of {inputs['total']:,}"))
+    rows += [(key, _e(doc[key])) for key in ("seconds", "status") if key in doc]
+    checked = (inputs or {}).get("checked") or {}
     if "inputs" in checked:  # members without an answer are covered, not checked; so are positions
         rows.insert(2, ("inputs checked", f"{checked['inputs']:,}" + (
             f"; {checked['positions']:,} of their {checked['of_positions']:,} positions judged"
@@ -186,7 +194,7 @@ def _verdict_section(doc: dict) -> str:
         rows.append(("unknown because", _e(doc["reason"])))
     params = ", ".join(f"{_e(k)}={_e(v)}" for k, v in (doc.get("params") or {}).items())
     rows.append(("parameters", params or "-"))
-    return "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Run</h2>" + _table(rows)
+    return rows
 
 
 def _counterexample(c: dict) -> str:
@@ -316,8 +324,8 @@ def render(kind: str, doc: dict, source: str = "") -> str:
                 body += (_trace(doc["trace"], first_departure(doc["trace"], rows=rows, step=step), rows)
                          + _attention(doc["trace"]))
         else:
-            body += "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"])
-            body += f"<p>engine {_e(doc.get('engine', '?'))}</p>" + _counterexample(doc["counterexample"])
+            body += "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Run</h2>" + _table(_run_rows(doc))
+            body += _counterexample(doc["counterexample"])
             body += _trace(doc["trace"], doc.get("first_departure"), doc.get("residual_rows")) + _attention(doc["trace"])
             body += _weights(doc.get("quantized_weights") or {})
     foot = f"<p class='note'>made by verify from {_e(source)}</p>" if source else ""

@@ -94,11 +94,14 @@ class Result:
     def exit_code(self) -> int:
         return EXIT_CODES[self.verdict]
 
+    def inputs_json(self) -> dict:
+        """What the run covered: the inputs, the range, and what it judged."""
+        return {"covered": self.covered, "total": self.total, "range": [self.start, self.stop], "checked": self.checked}
+
     def to_json(self) -> dict:
         return {"verdict": self.verdict, "task": self.task, "construction": self.construction,
                 "params": self.params, "arithmetic": self.arithmetic, "engine": self.engine,
-                "inputs": {"covered": self.covered, "total": self.total, "range": [self.start, self.stop],
-                           "checked": self.checked},
+                "inputs": self.inputs_json(),
                 "seconds": round(self.seconds, 3), "min_margin": finite_or_none(self.min_margin),
                 "tightest": self.tightest, "status": self.status, "reason": self.reason,
                 "counterexamples": [c.to_json() for c in self.counterexamples],

@@ -98,6 +98,18 @@ def largest_impossible_p(name: str, N: int, family: shapes.Shape, **options) -> 
     return best
 
 
+def sweep_figure(task_name: str, sweep_path: str, families: Optional[str] = None, **options):
+    """`frontier_figure` of the task from a sweep file (checked: a sweep, of this task), for the
+    families given as text (';'-separated, `parse_family`) or the task's default ladder."""
+    from .report import load
+    kind, sweep = load(sweep_path)
+    name = canonical(task_name)
+    if kind != "sweep" or canonical(sweep.get("task", "")) != name:
+        raise InputError(f"{sweep_path} is not a sweep of {name} (verify sweep {name} -o FILE.json)")
+    shapes_ = [parse_family(x) for x in families.split(";")] if families else default_families(name)
+    return frontier_figure(name, sweep, shapes_, **options)
+
+
 def frontier_figure(name: str, sweep: dict, families: list[shapes.Shape], **options):
     """Both sides in the (log2 N, p) plane: the construction's p* from a sweep (`verify sweep -o`:
     proved at p* and every larger p of the sweep), and for each family of the other architecture

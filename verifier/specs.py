@@ -34,6 +34,7 @@ from .constructions import CONSTRUCTIONS
 from .engines import ENGINES
 from .errors import InputError, InternalError
 from .model import load_model
+from .progress import Overall
 from .result import Result
 from .schema import read_text, regular_file, validate
 from .tasks import ALIASES, TASKS, canonical, task_options
@@ -112,6 +113,11 @@ class Outcome:
     error: str = ""
     seconds: float = 0.0
 
+    def to_json(self) -> dict:
+        return {"spec": str(self.spec.path), "expect": self.spec.expect, "verdict": self.verdict, "ok": self.ok,
+                "error": self.error, "seconds": round(self.seconds, 3),
+                "result": self.result.to_json() if self.result else None}
+
 
 @dataclass
 class Checked:
@@ -122,6 +128,19 @@ class Checked:
     skipped: list[Spec]
     interrupted: Optional[list[str]] = None  # the specs an interruption left undecided
     ran_on: str = ""  # where the runs were decided (`Cluster.describe`)
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a verdict differs from the expected one, else 3 when interrupted, else 0."""
+        return 1 if self.failed else 3 if self.interrupted else 0
+
+    def to_json(self) -> dict:
+        return {"outcomes": [o.to_json() for o in self.outcomes], "skipped": [str(s.path) for s in self.skipped],
+                "interrupted": self.interrupted, "ran_on": self.ran_on}
 
 
 def load_spec(path: Path) -> Spec:
@@ -187,13 +206,15 @@ def _build(spec: Spec):
 
 
 def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str] = None,
-          progress=None, scheduler: Optional[str] = None, cache: Optional[Cache] = None) -> Checked:
+          progress=None, scheduler: Optional[str] = None, cache: Optional[Cache] = None,
+          overall: Optional[Overall] = None) -> Checked:
     """Run each spec of the profile; an InputError or InternalError is an 'error' outcome.
 
     The specs run as independent jobs on `scheduler` (`verifier.cluster`), their verdicts read from
     and stored in `cache`; `progress(outcome)` sees the outcomes in the specs' order.  A selection
     with no spec is an InputError: a check that ran nothing must not pass.  An interruption (Ctrl-C,
-    SIGTERM) stops the check; `interrupted` names the specs it left undecided."""
+    SIGTERM) stops the check; `interrupted` names the specs it left undecided.  `overall` counts the
+    specs decided, in any order (`progress.Overall`: k of n, the time left)."""
     selected = [s for s in specs if profile is None or profile in s.profiles]
     skipped = [s for s in specs if s not in selected]
     if not selected:
@@ -211,8 +232,10 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
             shown += 1
 
     done = Checked([], skipped)
+    overall = overall or Overall("specs", lambda line: None)
     with Cluster(scheduler) as cluster:
         try:
+            overall.start(len(selected))
             for i, value in cluster.decide(jobs, cache):
                 spec = selected[i]
                 if isinstance(value, (InputError, InternalError)):
@@ -224,9 +247,12 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
                 else:
                     outcomes[i] = Outcome(spec, value.verdict, value.verdict == spec.expect, value,
                                           seconds=value.seconds)
+                overall.add(outcomes[i].result is not None and outcomes[i].result.cached)
                 show()
         except KeyboardInterrupt:  # a verdict cut short is no outcome, even where unknown was expected
             done.interrupted = [s.name for i, s in enumerate(selected) if i not in outcomes]
+        finally:
+            overall.stop()
         done.ran_on = cluster.describe()
     done.outcomes = [outcomes[i] for i in sorted(outcomes)]
     return done

@@ -22,12 +22,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from . import interrupts, usercode
-from .api import build_problem
+from .api import build_problem, check_sizes
 from .arithmetic import FixedPoint
 from .budget import Deadline
 from .cache import Cache
 from .cluster import Cluster, Job
 from .errors import InputError
+from .progress import Overall
 from .result import Result
 from .tasks import Task
 from .verdicts import Status, Verdict
@@ -58,6 +59,11 @@ class Frontier:
     construction: dict = field(default_factory=dict)
     partial: Optional[str] = None  # why the sweep stopped early (None: every run finished)
     ran_on: str = ""  # where the runs were decided (`Cluster.describe`)
+
+    @property
+    def exit_code(self) -> int:
+        """3 when the sweep stopped early (the table is partial), else 0."""
+        return 3 if self.partial else 0
 
     def to_json(self) -> dict:
         return {"task": self.task, "arithmetic": self.arithmetic, "construction": self.construction,
@@ -98,29 +104,41 @@ def p_star(verdicts: dict[int, str]) -> Optional[int]:
     return next((p for p in sorted(verdicts) if all(v == Verdict.PROVED for q, v in verdicts.items() if q >= p)), None)
 
 
+RANGE_HELP = "a value (8), a range a..b with an optional step (4..64, 4..64:4) or a list (4,8,16)"
+
+
 def parse_range(text: str, name: str) -> list[int]:
-    """'2..16' or '5' or '2,4,8' -> a list of at most MAX_GRID integers (checked before it is built)."""
-    try:
-        if ".." in text:
-            a, b = (int(x) for x in text.split(".."))
-            count = b - a + 1
-            values = None
-        else:
-            items = text.split(",")
-            count = len(items)
-            values = [int(x) for x in items] if count <= MAX_GRID else None
-    except ValueError:
-        raise InputError(f"{name} must be a range like 2..16 or a list like 2,4,8; got {text!r}") from None
-    if count < 1:
-        raise InputError(f"{name} range {text!r} is empty")
-    if count > MAX_GRID:
-        raise InputError(f"{name} range {text!r} has {count:,} values; at most {MAX_GRID:,}")
-    return values if values is not None else list(range(a, b + 1))
+    """The integers of `text`: RANGE_HELP; the list items may be ranges too (2..8,16).  Sorted, each
+    once; at most MAX_GRID values (counted before the list is built); InputError (one line) when
+    `text` is none of these or names no value."""
+    def bad(why: str) -> InputError:
+        return InputError(f"{name} {text!r}: {why}; give {RANGE_HELP}")
+
+    spans, count = [], 0
+    for item in text.split(","):
+        bounds, _, step = item.strip().partition(":")
+        lo, dots, hi = bounds.partition("..")
+        try:
+            a, b, s = int(lo), int(hi) if dots else int(lo), int(step) if step else 1
+        except ValueError:
+            raise bad(f"{item.strip()!r} is not a number or a range") from None
+        if step and not dots:
+            raise bad("a step needs a range a..b:STEP")
+        if s < 1:
+            raise bad(f"the step must be >= 1, got {s}")
+        if b < a:
+            raise bad(f"the range {a}..{b} is empty")
+        count += (b - a) // s + 1
+        if count > MAX_GRID:
+            raise bad(f"more than {MAX_GRID:,} values")
+        spans.append(range(a, b + 1, s))
+    return sorted({v for span in spans for v in span})
 
 
 def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
              progress: Optional[Callable[[str], None]] = None, int_bits: Optional[int] = None,
-             scheduler: Optional[str] = None, cache: Optional[Cache] = None, **problem) -> Frontier:
+             scheduler: Optional[str] = None, cache: Optional[Cache] = None, overall: Optional[Overall] = None,
+             **problem) -> Frontier:
     """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
     f = p - int_bits at each p: p* then measures the fraction bits a construction needs.
 
@@ -128,7 +146,8 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     and their verdicts go to `cache` as they arrive, so that the same sweep run again reads them
     instead of deciding them: an interrupted sweep resumes where it was.  `task` is a task's name, or
     a task object (a compiled Tracr program's: its N is its own, so `Ns` is [task.N]); a `model`
-    in `problem` is swept in place of the built-in construction."""
+    in `problem` is swept in place of the built-in construction.  `overall` counts the runs decided
+    (`progress.Overall`: k of n, the time left); each `progress` line ends with it."""
     if int_bits is not None and problem.get("f") is not None:
         raise InputError("--f and --int-bits both set the fractional bits; give one")
     if len(Ns) * len(ps) > MAX_POINTS:
@@ -143,27 +162,35 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
         if int_bits is not None and not 0 <= p - int_bits <= p:
             raise InputError(f"--int-bits {int_bits} leaves f = {p - int_bits} at p = {p}; it must be in 0..p")
         FixedPoint(p, **{**arith, **({"f": p - int_bits} if int_bits is not None else {})})
-    with usercode.time_limit(Deadline(timeout)):
+    with usercode.time_limit(Deadline(timeout)):  # a user's task runs the user's code
+        if isinstance(task, str):
+            check_sizes(task, Ns, **problem)  # every N, from the sizes alone
         build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
     points = [(N, p) for N in Ns for p in ps]
     name = task if isinstance(task, str) else task.name
     jobs = [Job(functools.partial(build_problem, task, N=N, p=p, **at(p)), engine, timeout) for N, p in points]
     results: dict[tuple[int, int], Result] = {}
     partial = None
+    overall = overall or Overall("runs", lambda line: None)
     with Cluster(scheduler) as cluster:
         try:
+            overall.start(len(points))
             for i, value in cluster.decide(jobs, cache):
                 if isinstance(value, Exception):
                     raise value
                 if value.status == Status.INTERRUPTED:
                     raise KeyboardInterrupt
                 results[points[i]] = value
+                overall.add(value.cached)
                 if progress:
                     N, p = points[i]
-                    progress(f"N={N} p={p}: {value.verdict} ({'cached' if value.cached else f'{value.seconds:.2f} s'})")
+                    progress(f"N={N} p={p}: {value.verdict} ({'cached' if value.cached else f'{value.seconds:.2f} s'})"
+                             f"  [{overall.brief()}]")
         except KeyboardInterrupt:
             partial = (f"interrupted ({interrupts.cause()}) with {len(results)} of {len(points)} runs decided"
                        + ("; the same command resumes from the verdict cache" if cache is not None else ""))
+        finally:
+            overall.stop()
         ran_on = cluster.describe()
     rows = [_row(N, ps, results) for N in Ns]
     f_rule = (f"f = p - {int_bits}" if int_bits is not None else
@@ -206,6 +233,14 @@ class FormatFrontier:
     by_f: list[tuple[int, Frontier]]
 
     @property
+    def exit_code(self) -> int:
+        return 3 if any(fr.partial for _, fr in self.by_f) else 0
+
+    @property
+    def ran_on(self) -> str:
+        return self.by_f[-1][1].ran_on if self.by_f else ""
+
+    @property
     def best(self) -> Optional[tuple[int, int]]:
         """(p*, f) with the smallest p* (the smallest f among ties), or None."""
         found = [(fr.rows[0].p_star, f) for f, fr in self.by_f if fr.rows[0].p_star is not None]
@@ -228,6 +263,17 @@ class FormatFrontier:
 
     def to_json(self) -> dict:
         return {"task": self.task, "N": self.N, "best": self.best, "by_f": {f: fr.to_json() for f, fr in self.by_f}}
+
+
+def sweep(task: "str | Task", Ns: list[int], ps: list[int], fs: list[Optional[int]] = (None,), *,
+          int_bits: Optional[int] = None, **options) -> "Frontier | FormatFrontier":
+    """The sweep the ranges ask for: `frontier` over N and p at one f (None: p // 2, or p - int_bits),
+    or with several f, `format_frontier` at one N (each f fixed: no int_bits)."""
+    if len(fs) > 1:
+        if len(Ns) != 1 or int_bits is not None:
+            raise InputError("a range of --f takes one N and no --int-bits (it fixes f at each value)")
+        return format_frontier(task, Ns[0], ps, list(fs), **options)
+    return frontier(task, Ns, ps, f=fs[0], int_bits=int_bits, **options)
 
 
 def format_frontier(task: "str | Task", N: int, ps: list[int], fs: list[int], **options) -> FormatFrontier:

@@ -55,6 +55,16 @@ class Synthesis:
     whole_dataset: Optional[str] = None  # its verdict on the whole dataset
     stats: dict = field(default_factory=dict)
 
+    @property
+    def exit_code(self) -> int:
+        """0 when no model of the family gets the members right, 1 when one does, 3 undecided."""
+        return {"impossible": 0, "escapes": 1, "unknown": 3}[self.verdict]
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "shape": self.shape, "arithmetic": self.arithmetic,
+                "seconds": round(self.seconds, 3), "members": self.members, "whole_dataset": self.whole_dataset,
+                "stats": self.stats}
+
 
 def family_model(task, heads: int, width: int, weights: dict) -> Model:
     """A model of the family from real weights (names as in `synthesize`)."""
@@ -218,6 +228,36 @@ def synthesize(task, cert: Certificate, heads: int, width: int, fx: Fixed,
         if ev.judge(res, np.array(cert.labels)).failed.any():
             raise InternalError("the synthesized model does not get the certificate's members right on the evaluator")
     return out
+
+
+def decide_certificate(task, cert: Certificate, heads: int, width: int, fx: Fixed,
+                       deadline: Optional[Deadline] = None) -> Synthesis:
+    """`synthesize`, and an escaping model run on every input of the task (`whole_dataset`: its
+    verdict, and the first input it gets wrong): a certificate only says the model gets its members
+    right (`verify impossible` without --shape)."""
+    from . import api
+    out = synthesize(task, cert, heads, width, fx, deadline=deadline)
+    if out.model is not None:
+        whole = api.run(api.build_problem(task.name, model=out.model, arith=fx, **task_options(task)),
+                        deadline=deadline)
+        c = whole.counterexamples[0] if whole.counterexamples else None
+        out.whole_dataset = whole.verdict + (f": {c.input} -> {c.claim}" if c else "")
+    return out
+
+
+def certificate_lines(out: Synthesis, fx: Fixed) -> list[str]:
+    """What `decide_certificate` found, with the arithmetic, the family and the escaping model's run."""
+    heads, width = out.shape["heads"], out.shape["width"]
+    binary = isinstance(fx, FixedPoint)
+    weights = f"{fx.p}-bit weights" if binary else "weights on the grid"
+    family = f"1-layer ReLU model with {heads} head(s) of width {width} and {weights}"
+    what = {"impossible": f"IMPOSSIBLE: no {family} gets all {out.members} right",
+            "escapes": f"ESCAPES: a {family} gets all {out.members} right in {'FX' if binary else 'the grid'}",
+            "unknown": f"UNKNOWN: z3 did not decide ({out.stats.get('reason') or 'no reason'})"}[out.verdict]
+    lines = [f"{what}  [{fx.label()}; {out.shape.get('parameters', '?')} parameters; {out.seconds:.1f} s]"]
+    if out.whole_dataset is not None:
+        lines.append(f"  on the whole dataset it is {out.whole_dataset}")
+    return lines
 
 
 def _check(solver, deadline: Deadline):

@@ -48,5 +48,13 @@ def state_dict() -> dict[str, np.ndarray]:
 
 
 if __name__ == "__main__":
+    from verifier.errors import InputError
     from verifier.importers.safetensors import write_safetensors
-    print(f"wrote {write_safetensors(sys.argv[1], state_dict())}")
+    if len(sys.argv) != 2:
+        print(f"usage: {sys.argv[0]} FILE.safetensors", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(f"wrote {write_safetensors(sys.argv[1], state_dict())}")
+    except InputError as exc:  # an existing file, a missing directory: one line, exit 2
+        print(f"{sys.argv[0]}: error: {exc}", file=sys.stderr)
+        sys.exit(2)

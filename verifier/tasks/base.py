@@ -131,18 +131,20 @@ def split_path(value: str) -> tuple[Optional[str], str]:
 
 @dataclass(frozen=True)
 class TaskOption:
-    """A parameter of a task besides N (the CLI shows it as `flag`).  A `path` option names a file,
-    which a spec gives relative to itself."""
+    """A parameter of a task besides N (the CLI shows it as `flag`, or as `spelled` where its name
+    would clash with another option's: composition's n beside --N).  A `path` option names a
+    file, which a spec gives relative to itself."""
 
     name: str
     type: type
     default: Any
     help: str
     path: bool = False
+    spelled: Optional[str] = None
 
     @property
     def flag(self) -> str:
-        return flag(self.name)
+        return self.spelled or flag(self.name)
 
 
 class Vocabulary:

@@ -59,6 +59,13 @@ def _shifted(formula: Optional[Callable[..., Any]]) -> Optional[Callable[[Any], 
     return None if formula is None else (lambda S: formula(_Shifted(S)))
 
 
+# A task's optional capabilities (the `Task` protocol): the wrapper has one only when it defines
+# it itself, over the model's inputs; the task's own (over inputs without BOS) is never passed
+# through, so an engine that reads one is told the truth.  `cases` and `answered` are wrapped (None
+# exactly when the task has none); a DFA reads no BOS, so `dfa` keeps Vocabulary's None.
+CAPABILITIES = ("cases", "answered", "dfa", "accepting")
+
+
 class WithBos(Vocabulary):
     """`task` read by a model whose inputs start with the token `bos_name`."""
 
@@ -72,8 +79,8 @@ class WithBos(Vocabulary):
         self._prefixes: dict[int, tuple[list, list]] = {}
 
     def __getattr__(self, name: str):  # name, num_classes, readout, answer_name, ...: the task's own
-        if name.startswith("__") or name == "inner":  # unpickling looks these up before `inner` is set
-            raise AttributeError(name)
+        if name.startswith("__") or name == "inner" or name in CAPABILITIES:  # unpickling looks up `__` names
+            raise AttributeError(name)                                              # before `inner` is set
         return getattr(self.inner, name)
 
     @property
@@ -119,10 +126,6 @@ class WithBos(Vocabulary):
         (memorization)."""
         inner = self.inner.cases
         return None if inner is None else lambda: self._cases(inner)
-
-    @property
-    def dfa(self) -> Optional[np.ndarray]:  # type: ignore[override]
-        return self.inner.dfa
 
     @property
     def answered(self) -> Optional[Callable[[], Checked]]:  # type: ignore[override]

@@ -39,7 +39,8 @@ class Composition(ProductTask):
     name = "composition"
     readout = "argmax"
     OPTIONS = (TaskOption("depth", int, 2, "L, how many functions are composed."),
-               TaskOption("n", int, 2, "The size of each query coordinate w_l."))
+               TaskOption("n", int, 2, "n, the size of each query coordinate w_l (the paper's n; not the size --N).",
+                          spelled="--coord-size"))
 
     def __post_init__(self) -> None:
         for name, value, low in (("N", self.N, 1), ("depth", self.depth, 1), ("n", self.n, 1)):

@@ -38,7 +38,6 @@ class Icqa(Vocabulary):
     readout = "argmax"
     OPTIONS = (TaskOption("nq", int, 4, "Number of question tokens."),
                TaskOption("na", int, 4, "Number of answer tokens."))
-    SIZE_FLAGS = ("--k",)  # the paper's name for N: the context pairs
 
     def __post_init__(self) -> None:
         for name in ("N", "nq", "na"):

@@ -51,7 +51,6 @@ class Ictm(Vocabulary):
                TaskOption("alphabet", int, 3, "|X|, the number of symbols."),
                TaskOption("templates", str, None, 'Templates, e.g. "aa,ab" (default: all of length l).'),
                TaskOption("na", int, 2, "Number of answer tokens."))
-    SIZE_FLAGS = ("--k",)  # the paper's name for N: the context blocks
 
     def __post_init__(self) -> None:
         for name, low in (("N", 1), ("length", 1), ("alphabet", 1), ("na", 1)):
