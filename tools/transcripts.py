@@ -9,8 +9,9 @@ A transcript is a fenced block whose info string is `console`:
 
 Each `$ ` line is a command, run by bash in a fresh scratch directory (a copy of docs/ and specs/,
 so relative paths in the docs work and nothing the command writes lands in the repository), with
-`verify` meaning this checkout's cli.py; the lines after it, up to the next `$ `, are its output
-(stdout and stderr as a terminal shows them).  `$ echo $?` prints the previous command's exit code.
+`verify` meaning this checkout's cli.py; the lines after it, up to the next `$ `, are its output:
+stdout, and stderr too when the command fails (exit 2: its one-line error, exit 3 before a
+verdict), since on success stderr carries only progress and notes that vary between runs.  `$ echo $?` prints the previous command's exit code.
 Outputs are compared after `normalise` (durations, rates, scratch paths).  Words after `console`
 mark the block: `slow` (more than a few seconds: a pytest `slow` mark, so outside the fast tier but
 in CI's full run) and `example` (shown, not run: output that cannot be reproduced on demand, such as
@@ -157,10 +158,10 @@ class Scratch:
                 outputs.append(str(rc))
                 continue
             proc = subprocess.run(["bash", "-c", step.command], cwd=self.dir, env=self.env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=COMMAND_TIMEOUT)
+                                  capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
             rc = proc.returncode
-            out = proc.stdout.replace(self.dir + "/", "").replace(self.dir, ".")
+            out = proc.stdout + (proc.stderr if rc not in (0, 1) else "")
+            out = out.replace(self.dir + "/", "").replace(self.dir, ".")
             outputs.append("\n".join(line.rstrip() for line in out.split("\n")).strip("\n"))
         return outputs
 
@@ -186,6 +187,7 @@ def regenerate(path: str | Path, *, slow: bool = True, log=print) -> int:
     """Run every non-example console block of one doc and write its outputs back; the number changed."""
     doc_path = Path(path) if Path(path).is_absolute() else ROOT / path
     text = doc_path.read_text()
+    name = doc_path.relative_to(ROOT) if doc_path.is_relative_to(ROOT) else doc_path
     changed = 0
     edits = []
     for line, transcript in transcripts(doc_path):
@@ -201,9 +203,9 @@ def regenerate(path: str | Path, *, slow: bool = True, log=print) -> int:
         if normalise(new) != normalise(old):
             edits.append((transcript.source_start, transcript.source_end, new))
             changed += 1
-            log(f"{doc_path.relative_to(ROOT)}:{line}: rewritten ({seconds:.1f} s){mark}")
+            log(f"{name}:{line}: rewritten ({seconds:.1f} s){mark}")
         else:
-            log(f"{doc_path.relative_to(ROOT)}:{line}: unchanged ({seconds:.1f} s){mark}")
+            log(f"{name}:{line}: unchanged ({seconds:.1f} s){mark}")
     for start, end, new in sorted(edits, reverse=True):
         text = text[:start] + new + text[end:]
     if edits:
