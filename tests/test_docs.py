@@ -63,3 +63,27 @@ def test_normalise_removes_what_varies_between_runs():
     b = "inputs 1,364 of 1,364 covered by engine exhaustive (auto) in 1 min 2.50 s\n  dependent   seconds=12\n5/s"
     assert transcripts.normalise(a) == transcripts.normalise(b)
     assert transcripts.normalise("1,364 of 1,364") != transcripts.normalise("1,365 of 1,364")
+
+
+def test_relative_links_resolve():
+    """Every relative link of the README and the manual names a file that exists (pages moved
+    into docs/ keep working), and every #anchor a heading of that page."""
+    import re
+
+    broken = []
+    for doc in transcripts.DOCS:
+        path = transcripts.ROOT / doc
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (path.parent / file).resolve() if file else path
+            if not dest.exists():
+                broken.append(f"{doc}: {target}")
+            elif anchor and dest.suffix == ".md":
+                headings = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                            for h in re.findall(r"^#+ (.*)$", dest.read_text(), flags=re.MULTILINE)}
+                if anchor not in headings:
+                    broken.append(f"{doc}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)

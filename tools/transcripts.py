@@ -184,32 +184,28 @@ def check(example) -> Optional[str]:
 
 
 def regenerate(path: str | Path, *, slow: bool = True, log=print) -> int:
-    """Run every non-example console block of one doc and write its outputs back; the number changed."""
+    """Run every non-example console block of one doc and write its outputs back, one block at a
+    time (an interrupted regeneration keeps what it finished); the number of blocks changed."""
     doc_path = Path(path) if Path(path).is_absolute() else ROOT / path
-    text = doc_path.read_text()
     name = doc_path.relative_to(ROOT) if doc_path.is_relative_to(ROOT) else doc_path
     changed = 0
-    edits = []
-    for line, transcript in transcripts(doc_path):
+    for index, (line, transcript) in enumerate(transcripts(doc_path)):
         if transcript.example or (transcript.slow and not slow):
             continue
         t0 = time.monotonic()
         with Scratch() as scratch:
             outputs = scratch.run(transcript)
-        new = transcript.render(outputs)
-        old = text[transcript.source_start:transcript.source_end]
         seconds = time.monotonic() - t0
-        mark = "" if transcript.slow or seconds < SLOW_SECONDS else "  (over %d s: mark it slow)" % SLOW_SECONDS
-        if normalise(new) != normalise(old):
-            edits.append((transcript.source_start, transcript.source_end, new))
+        note = "" if transcript.slow or seconds < SLOW_SECONDS else f"  (over {SLOW_SECONDS} s: mark it slow)"
+        text = doc_path.read_text()
+        current = transcripts(doc_path)[index][1]  # offsets as the file is now
+        new = current.render(outputs)
+        if normalise(new) != normalise(text[current.source_start:current.source_end]):
+            doc_path.write_text(text[:current.source_start] + new + text[current.source_end:])
             changed += 1
-            log(f"{name}:{line}: rewritten ({seconds:.1f} s){mark}")
+            log(f"{name}:{line}: rewritten ({seconds:.1f} s){note}")
         else:
-            log(f"{name}:{line}: unchanged ({seconds:.1f} s){mark}")
-    for start, end, new in sorted(edits, reverse=True):
-        text = text[:start] + new + text[end:]
-    if edits:
-        doc_path.write_text(text)
+            log(f"{name}:{line}: unchanged ({seconds:.1f} s){note}")
     return changed
 
 
