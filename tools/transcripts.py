@@ -15,7 +15,8 @@ verdict), since on success stderr carries only progress and notes that vary betw
 Outputs are compared after `normalise` (durations, rates, scratch paths).  Words after `console`
 mark the block: `slow` (more than a few seconds: a pytest `slow` mark, so outside the fast tier but
 in CI's full run) and `example` (shown, not run: output that cannot be reproduced on demand, such as
-a Ctrl-C or a benchmark's timings; use sparingly).
+a Ctrl-C or a benchmark's timings; use sparingly) and `stderr` (show stderr on success too,
+interleaved with stdout: for a note that belongs to the output, like `verify tracr`'s compile line).
 
 Sybil finds the blocks (its Markdown fenced-block lexer gives each block's text and offsets, and its
 Document/Example model gives line numbers and an evaluator per block): the doc tests need only the
@@ -41,7 +42,7 @@ from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
-MARKS = {"slow", "example"}
+MARKS = {"slow", "example", "stderr"}
 COMMAND_TIMEOUT = 1800  # seconds: a transcript that runs longer is broken, not slow
 
 LEXER = RawFencedCodeBlockLexer(info_pattern=re.compile(r"console(?P<marks>[ \w-]*)$\n", re.MULTILINE))
@@ -157,10 +158,12 @@ class Scratch:
             if step.command.strip() == "echo $?":
                 outputs.append(str(rc))
                 continue
+            merged = "stderr" in transcript.marks  # stderr interleaved, as a terminal shows it
             proc = subprocess.run(["bash", "-c", step.command], cwd=self.dir, env=self.env, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                                  text=True, timeout=COMMAND_TIMEOUT)
             rc = proc.returncode
-            out = proc.stdout + (proc.stderr if rc not in (0, 1) else "")
+            out = proc.stdout + (proc.stderr if not merged and rc not in (0, 1) else "")
             out = out.replace(self.dir + "/", "").replace(self.dir, ".")
             outputs.append("\n".join(line.rstrip() for line in out.split("\n")).strip("\n"))
         return outputs
