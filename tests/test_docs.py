@@ -35,10 +35,14 @@ def test_generated_page_is_current(path):
 def test_every_command_line_is_in_a_console_block():
     stray = []
     for doc in transcripts.DOCS:
-        fence = None
+        fence, quoted = None, False
         for number, line in enumerate((transcripts.ROOT / doc).read_text().split("\n"), 1):
             text = line.strip()
-            if text.startswith("```"):
+            if text.startswith("````"):  # a block that shows Markdown source: not commands
+                quoted = not quoted
+            elif quoted:
+                continue
+            elif text.startswith("```"):
                 fence = None if fence is not None else text
             elif text.startswith("$ ") and not (fence or "").startswith("```console"):
                 stray.append(f"{doc}:{number}: {text[:60]}")
@@ -87,3 +91,14 @@ def test_relative_links_resolve():
                 if anchor not in headings:
                     broken.append(f"{doc}: {target} (no such heading)")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_every_block_is_written_back_in_place():
+    """Regeneration rewrites a block from its steps: rendering each block's own outputs must give
+    its text back byte for byte (indentation inside list items included), or a regeneration would
+    move or mangle it."""
+    for doc in transcripts.DOCS:
+        text = (transcripts.ROOT / doc).read_text()
+        for line, transcript in transcripts.transcripts(doc):
+            raw = text[transcript.source_start:transcript.source_end]
+            assert transcript.render([step.output for step in transcript.steps]) == raw, f"{doc}:{line}"

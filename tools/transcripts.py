@@ -69,8 +69,9 @@ class Step:
 class Transcript:
     steps: list[Step]
     marks: frozenset[str]
-    source_start: int  # offset of the block's text in the document
-    source_end: int
+    source_start: int  # the block's lines in the document: from after the opening fence's line
+    source_end: int  # to the start of the closing fence's line
+    indent: str = ""  # the fence's indentation (a block inside a list item), on every line
 
     @property
     def slow(self) -> bool:
@@ -86,8 +87,8 @@ class Transcript:
         for step, out in zip(self.steps, outputs):
             lines.append(f"$ {step.command}")
             if out:
-                lines.append(out)
-        return "\n".join(lines) + "\n"
+                lines += out.split("\n")
+        return "".join(f"{self.indent}{line}\n" if line else "\n" for line in lines)
 
 
 def parse_steps(text: str) -> list[Step]:
@@ -116,8 +117,14 @@ def parse_document(document: Document) -> Iterator[Region]:
         unknown = marks - MARKS
         if unknown:
             raise ValueError(f"{document.path}: unknown console mark(s) {sorted(unknown)}; known: {sorted(MARKS)}")
+        # Sybil strips a list item's indentation from the source; the raw span keeps it, so that
+        # regeneration writes the block back in place.
+        text = document.text
         start = region.start + source.offset
-        region.parsed = Transcript(parse_steps(str(source)), marks, start, start + len(source))
+        end = text.rindex("\n", start - 1, region.end) + 1  # the closing fence's line starts here
+        fence = text[region.start:text.index("\n", region.start)]
+        indent = fence[:len(fence) - len(fence.lstrip())]
+        region.parsed = Transcript(parse_steps(str(source)), marks, start, end, indent)
         region.evaluator = check
         yield region
 
