@@ -7,7 +7,8 @@ A transcript is a fenced block whose info string is `console`:
     PROVED: ...
     ```
 
-Each `$ ` line is a command, run by bash in a fresh scratch directory (a copy of docs/ and specs/,
+Each `$ ` line is a command, run by bash in a fresh scratch directory (a copy of docs/ and specs/
+without the figures, which the docs' own commands draw,
 so relative paths in the docs work and nothing the command writes lands in the repository), with
 `verify` meaning this checkout's cli.py; the lines after it, up to the next `$ `, are its output:
 stdout, and stderr too when the command fails (exit 2: its one-line error, exit 3 before a
@@ -143,8 +144,8 @@ class Scratch:
 
     def __enter__(self) -> "Scratch":
         self.dir = tempfile.mkdtemp(prefix="verify-docs-")
-        for name in ("docs", "specs"):
-            shutil.copytree(ROOT / name, Path(self.dir, name))
+        for name in ("docs", "specs"):  # figures left out: the docs' commands that draw them write them
+            shutil.copytree(ROOT / name, Path(self.dir, name), ignore=shutil.ignore_patterns("*.png", "*.svg"))
         bindir = Path(self.dir, ".bin")
         bindir.mkdir()
         shim = bindir / "verify"
