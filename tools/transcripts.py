@@ -194,14 +194,16 @@ def check(example) -> Optional[str]:
     return None
 
 
-def regenerate(path: str | Path, *, slow: bool = True, fast: bool = True, log=print) -> int:
+def regenerate(path: str | Path, *, slow: bool = True, fast: bool = True, lines: Optional[set[int]] = None,
+               log=print) -> int:
     """Run every non-example console block of one doc and write its outputs back, one block at a
     time (an interrupted regeneration keeps what it finished); the number of blocks changed."""
     doc_path = Path(path) if Path(path).is_absolute() else ROOT / path
     name = doc_path.relative_to(ROOT) if doc_path.is_relative_to(ROOT) else doc_path
     changed = 0
     for index, (line, transcript) in enumerate(transcripts(doc_path)):
-        if transcript.example or (transcript.slow and not slow) or (not transcript.slow and not fast):
+        if transcript.example or (transcript.slow and not slow) or (not transcript.slow and not fast) \
+                or (lines is not None and line not in lines):
             continue
         t0 = time.monotonic()
         with Scratch() as scratch:
