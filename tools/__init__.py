@@ -1,0 +1,1 @@
+"""Developer tools that sit above the CLI: the docs machinery (transcripts, generated pages)."""
