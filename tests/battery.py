@@ -36,9 +36,9 @@ import verifier
 from fractions import Fraction
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, Fixed, FixedPoint, Grid
-from verifier.budget import Deadline
+from verifier.support.budget import Deadline
 from verifier.constructions.index_lookup import build as build_idxl
-from verifier.encoding import encode
+from verifier.smt.encoding import encode
 from verifier.engines import Problem, RunOptions
 from verifier.engines.bounds import Bounds
 from verifier.engines.exhaustive import Exhaustive

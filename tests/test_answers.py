@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import verifier
-from verifier.count import clopper_pearson, count_errors
+from verifier.refute.count import clopper_pearson, count_errors
 from verifier.engines import Problem
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator
-from verifier.model import Head, Layer, Model, Readout, Recurrent, save_model
-from verifier.refute import random_model as refute_model, refute
+from verifier.model import Head, Layer, Model, Readout, Recurrent
+from verifier.modelfile import save_model
+from verifier.refute.refute import random_model as refute_model, refute
 from verifier.tasks import Batch, make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, exp_table
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 
 from reference import RefFX
 

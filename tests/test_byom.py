@@ -16,9 +16,10 @@ import pytest
 import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.engines import Problem
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.importers.safetensors import read_tensors, write_safetensors
-from verifier.model import load_model, save_model, weights_sha256
+from verifier.modelfile import load_model, save_model
+from verifier.model import weights_sha256
 from verifier.tasks import make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
@@ -567,7 +568,7 @@ def test_tracr_conversion_round_trips_against_tracr_apply():
 
 def test_tracr_make_length_is_proved_at_its_p_star_and_refuted_one_bit_below():
     compiled = _compiled()
-    frontier = verifier.sweep.frontier(compiled.task, [4], list(range(8, 15)), model=compiled.model, f=4,
+    frontier = verifier.runs.sweep.frontier(compiled.task, [4], list(range(8, 15)), model=compiled.model, f=4,
                                        scheduler="serial")
     p_star = frontier.rows[0].p_star
     assert p_star is not None and frontier.rows[0].verdicts[p_star - 1] == "refuted"
@@ -630,7 +631,8 @@ def test_exact_weights_round_trip_through_the_model_file(tmp_path):
     fingerprint, and decide as the model in memory does."""
     from fractions import Fraction
     from verifier.constructions import CONSTRUCTIONS
-    from verifier.model import exact_array, is_exact, load_model, save_model, weights_sha256
+    from verifier.model import exact_array, is_exact, weights_sha256
+    from verifier.modelfile import load_model, save_model
     m = CONSTRUCTIONS["equality"].build(make_task("equality", N=6), "paper", None, None, 0, 6)
     m.readout.theta = Fraction(-1, 6)
     m.layers[1].heads[0].W_V = exact_array(m.layers[1].heads[0].W_V) / 3

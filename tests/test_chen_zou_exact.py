@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from verifier import exact
-from verifier.api import build_problem, prove
+from verifier.runs.api import build_problem, prove
 from verifier.constructions.blocks import constrained, lemma3_classifier
 from verifier.model import is_exact
 

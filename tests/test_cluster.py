@@ -14,12 +14,12 @@ import pytest
 
 import cli
 import verifier
-from verifier import cache as cache_mod
-from verifier.cache import Cache, run_key
-from verifier.cluster import Cluster, dask_installed, resolve
-from verifier.errors import InputError
-from verifier.specs import check, load_specs
-from verifier.sweep import frontier
+from verifier.runs import cache as cache_mod
+from verifier.runs.cache import Cache, run_key
+from verifier.runs.cluster import Cluster, dask_installed, resolve
+from verifier.support.errors import InputError
+from verifier.runs.specs import check, load_specs
+from verifier.runs.sweep import frontier
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_dask = pytest.mark.skipif(not dask_installed(), reason="Dask is not installed (pip install -e '.[dask]')")
@@ -91,7 +91,7 @@ def test_scheduler_names_are_checked(monkeypatch, capsys):
     assert resolve("serial") == "serial" and resolve(None) == "serial"  # the tests' VERIFY_SCHEDULER
     with pytest.raises(InputError, match="--scheduler must be"):
         resolve("my laptop")
-    monkeypatch.setattr("verifier.cluster.dask_installed", lambda: False)
+    monkeypatch.setattr("verifier.runs.cluster.dask_installed", lambda: False)
     with pytest.raises(InputError, match="needs Dask"):
         resolve("local")
     monkeypatch.delenv("VERIFY_SCHEDULER")

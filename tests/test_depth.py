@@ -12,7 +12,7 @@ import pytest
 
 import cli
 import verifier
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.tasks import make_task
 from verifier.tasks.combinatorics import canonical_template, falling
 

@@ -251,7 +251,7 @@ def test_degenerate_shapes(dims):
 def test_a_search_covers_the_members_that_are_no_inputs():
     """Nearest neighbour enumerates 288 sequences at N = 3, 192 of them inputs (the margin
     assumption holds): a search over all of them is complete, and counts the inputs it checked."""
-    from verifier.api import build_problem
+    from verifier.runs.api import build_problem
     problem = build_problem("nearest_neighbour", N=3, p=12, variant="paper")
     found = exact.search(problem)
     assert (found.verdict, found.covered, found.total, found.checked) == ("proved", 288, 288, 192)

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import cli
 import verifier
-from verifier.specs import load_spec
+from verifier.runs.specs import load_spec
 
 from helpers import edit_model_file
 from test_report import edit_document

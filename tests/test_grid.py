@@ -13,14 +13,14 @@ from hypothesis import given, settings, strategies as st
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid, make_format, parse_format
-from verifier.cache import run_key
+from verifier.runs.cache import run_key
 from cli import main
-from verifier.dump import write_dumps
+from verifier.outputs.dump import write_dumps
 from verifier.engines import RunOptions
 from verifier.engines.exhaustive import Exhaustive
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator, trace
-from verifier.specs import load_spec
+from verifier.runs.specs import load_spec
 
 from battery import KINDS, battery_problem, decide_all
 from reference import RefGrid
@@ -123,7 +123,7 @@ def test_exp_table_is_correctly_rounded_everywhere(step, hi, rounding):
 
 
 def test_exp_table_that_cannot_fit_is_refused_before_it_is_built(monkeypatch):
-    monkeypatch.setattr("verifier.budget.available_memory", lambda: 2 ** 30)  # a machine with 1 GiB free
+    monkeypatch.setattr("verifier.support.budget.available_memory", lambda: 2 ** 30)  # a machine with 1 GiB free
     with pytest.raises(InputError, match=r"exp table .*\(16,777,217 entries\) needs about"):
         Grid.symmetric(Fraction(1, 2 ** 24), 1).exp_table()
 

@@ -102,7 +102,7 @@ def test_default_eta_is_the_paper_rule():
 
 
 def test_precision_frontier_small():
-    from verifier.sweep import frontier
+    from verifier.runs.sweep import frontier
     fr = frontier("idxl", [2, 4, 8], [3, 4, 5, 6, 7, 8])
     for row in fr.rows:
         assert row.p_star is not None

@@ -7,14 +7,14 @@ import pytest
 
 import cli
 import verifier
-from verifier import fooling, shapes
+from verifier.refute import fooling, shapes
 from verifier.arithmetic import FixedPoint
 from verifier.evaluator import Evaluator, make_evaluator
 from verifier.model import Head, Layer, Model, Readout, Recurrent
 from verifier.arithmetic import exp_table
-from verifier.protocol import evaluator_scores, ranges, scope, simulate, window
-from verifier.refute import random_model, refute
-from verifier.synthesis import synthesize_recurrent
+from verifier.refute.protocol import evaluator_scores, ranges, scope, simulate, window
+from verifier.refute.refute import random_model, refute
+from verifier.refute.synthesis import synthesize_recurrent
 from verifier.tasks import make_task
 from training import Shape, train
 
@@ -360,7 +360,7 @@ def test_the_synthesis_formula_is_the_evaluator_on_random_weights(p, rounding, o
     substituted, holds exactly when the evaluator gets the member right: no wrap-around, no
     departure from the arithmetic, so an UNSAT is the arithmetic's."""
     import z3
-    from verifier.synthesis import family_formula, family_model, family_weights
+    from verifier.refute.synthesis import family_formula, family_model, family_weights
     task = make_task("template_matching", 2)
     fx = FixedPoint(p, None, rounding, overflow)
     rng = np.random.default_rng(p)
@@ -386,7 +386,7 @@ def test_the_synthesis_formula_is_the_evaluator_on_random_weights(p, rounding, o
 def test_whole_dataset_synthesis_decides_template_matching():
     """UNSAT at p = 3 and a model proved on every input at p = 4 (the benchmark's rows), with and
     without the symmetry order (z3 agrees in 75 s; not run here)."""
-    from verifier.synthesis import synthesize_dataset, synthesize_inputs
+    from verifier.refute.synthesis import synthesize_dataset, synthesize_inputs
     task = make_task("template_matching", 2)
     assert synthesize_dataset(task, 1, 1, FixedPoint(3), timeout=300, solver="bitwuzla").verdict == "impossible"
     batches = list(task.batches(0, task.total, 64))
@@ -410,7 +410,7 @@ def test_a_transformer_shape_impossible_by_count_has_no_model_by_synthesis(capsy
 
 # -- the frontier from both sides ----------------------------------------------------------------------
 def test_the_largest_impossible_p_is_where_the_count_stops_excluding():
-    from verifier.separation import largest_impossible_p, parse_family
+    from verifier.refute.separation import largest_impossible_p, parse_family
     for name, N, family in [("index_lookup", 256, "rnn:16"), ("dyck22", 128, "tf1:1,2"), ("equality", 128, "rnn:16")]:
         P = largest_impossible_p(name, N, parse_family(family))
         size = fooling.size(name, N)

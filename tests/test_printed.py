@@ -21,10 +21,11 @@ from verifier.constructions.blocks import Layout
 from verifier.constructions.nearest_neighbour import layer2_eta
 from verifier.constructions.sign_vectors import sign_vectors
 from verifier.constructions.sparse_threshold import printed_units
-from verifier.dump import first_departure, format_trace, write_dumps
-from verifier.errors import InputError, UnbuildableError
-from verifier.model import is_exact, load_model, save_model
-from verifier.report import render
+from verifier.outputs.dump import first_departure, format_trace, write_dumps
+from verifier.support.errors import InputError, UnbuildableError
+from verifier.model import is_exact
+from verifier.modelfile import load_model, save_model
+from verifier.outputs.report import render
 
 # -- the rebuilt constructions compute what they did before the rebuild ------------------------------
 # Fingerprints of the quantized codes (every weight array, the threshold's code, the structure) of
@@ -329,8 +330,8 @@ def test_model_files_keep_the_row_names(tmp_path):
 
 def test_the_attention_figure_names_the_first_departure(tmp_path):
     pytest.importorskip("matplotlib")
-    from verifier.dump import departure_text
-    from verifier.plots import attention_figure
+    from verifier.outputs.dump import departure_text
+    from verifier.outputs.plots import attention_figure
     result = verifier.prove("equality", N=6, p=12, variant="paper", engine="exhaustive")
     doc = json.loads(write_dumps(result, tmp_path)[0].read_text())
     fig = attention_figure(doc)

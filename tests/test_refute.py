@@ -11,16 +11,16 @@ import pytest
 import cli
 import verifier
 from verifier.arithmetic import FixedPoint
-from verifier.certificate_check import check_certificate
-from verifier.certificates import Certificate, count_identity_holds, find_certificate, save
+from verifier.refute.certificate_check import check_certificate
+from verifier.refute.certificates import Certificate, count_identity_holds, find_certificate, save
 from verifier.constructions.blocks import Layout, ReluLayer, instructive
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import Evaluator
 from verifier.model import Head, Layer, Model, Readout
-from verifier import fooling
-from verifier.protocol import summaries
-from verifier.refute import random_model, refute
-from verifier.synthesis import synthesize
+from verifier.refute import fooling
+from verifier.refute.protocol import summaries
+from verifier.refute.refute import random_model, refute
+from verifier.refute.synthesis import synthesize
 from verifier.tasks import make_task
 
 from training import Shape, train

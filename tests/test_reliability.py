@@ -18,12 +18,12 @@ import z3
 import cli
 import verifier
 from verifier.arithmetic import FixedPoint
-from verifier.budget import Deadline, TimedOut
-from verifier.encoding import encode, threshold_code
+from verifier.support.budget import Deadline, TimedOut
+from verifier.smt.encoding import encode, threshold_code
 from verifier.engines.smt import Smt
-from verifier.errors import InputError, InternalError
+from verifier.support.errors import InputError, InternalError
 from verifier.evaluator import Evaluator
-from verifier.symbolic import SymFX
+from verifier.smt.symbolic import SymFX
 
 from helpers import edit_model_file
 
@@ -323,7 +323,7 @@ def test_a_signal_that_comes_during_a_finalizer_is_raised_after_it(monkeypatch):
     """Seen under load: SIGTERM arrived while z3 freed a term in AstRef.__del__; Python printed the
     KeyboardInterrupt and dropped it, and the run went on to its end.  The handler now raises nothing
     inside a finalizer and sends the signal again once it is over."""
-    from verifier import interrupts
+    from verifier.support import interrupts
     monkeypatch.setitem(interrupts._state, "requested", False)
     monkeypatch.setitem(interrupts._state, "cause", None)
     previous = signal.signal(signal.SIGTERM, interrupts._on_signal)

@@ -15,9 +15,9 @@ import pytest
 
 import cli
 import verifier
-from verifier.dump import first_departure
+from verifier.outputs.dump import first_departure
 from verifier.engines.base import Tick
-from verifier.progress import line
+from verifier.runs.progress import line
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
@@ -98,7 +98,7 @@ def test_report_is_one_self_contained_page(capsys, tmp_path, files, kind):
 
 
 def test_the_departure_is_marked_on_its_row_for_vectors_and_matrices():
-    from verifier.report import _trace
+    from verifier.outputs.report import _trace
     vector = {"x": {"values": [1.0, 2.0, 3.0], "real": [1.0, 2.0, 9.0]}}
     page = _trace(vector, first_departure(vector, 4))
     assert re.search(r'<tr class="departure" id="first-departure"><td>x</td>', page)

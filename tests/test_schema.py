@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import cli
-from verifier.model import META_SCHEMA
-from verifier.specs import spec_schema
+from verifier.modelfile import META_SCHEMA
+from verifier.runs.specs import spec_schema
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
@@ -203,7 +203,7 @@ def test_schema_command_prints_valid_schemas(capsys, name, schema):
 
 
 def test_every_file_the_project_writes_or_ships_passes_its_schema(capsys, tmp_path, idxl4):
-    from verifier.schema import validate
+    from verifier.support.schema import validate
     import tomllib
     for spec in sorted((ROOT / "specs").glob("*.toml")):
         validate(tomllib.loads(spec.read_text()), spec_schema(), str(spec))

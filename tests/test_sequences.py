@@ -11,9 +11,10 @@ import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES, Problem, RunOptions
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator
-from verifier.model import Readout, Recurrent, load_model, save_model
+from verifier.model import Readout, Recurrent
+from verifier.modelfile import load_model, save_model
 from verifier.tasks import make_task
 
 from helpers import perturbed_dyck_rnn, random_model
@@ -240,7 +241,7 @@ def test_engines_that_cannot_decide_say_why():
 
 
 def test_a_sweep_with_fixed_integer_bits_measures_fraction_bits():
-    from verifier.sweep import frontier
+    from verifier.runs.sweep import frontier
     fr = frontier("dyck22", [4], [8, 9, 10, 11], int_bits=7)
     assert fr.arithmetic["f"] == "f = p - 7"
     row = fr.rows[0]
@@ -260,7 +261,7 @@ def test_the_errata_row_of_the_sht_spacing_runs_at_its_own_precision(tmp_path):
 
 
 def test_refute_takes_a_recurrent_model_by_state_collision_and_not_by_dependent_sets():
-    from verifier.refute import dependent_scope, protocol_scope, refute
+    from verifier.refute.refute import dependent_scope, protocol_scope, refute
     rnn = CONSTRUCTIONS["dyck22"].build(make_task("dyck22", N=4), "recurrent")
     out = refute(verifier.build_problem("dyck22", N=4, p=2, f=1, model=rnn))
     assert out.verdict == "refuted" and out.method == "protocol" and out.model["recurrent"] == 29

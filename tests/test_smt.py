@@ -23,7 +23,7 @@ def test_weakened_sigma64_refuted_by_smt(kw):
     result = verifier.prove("idxl", N=8, sigma=64, engine="smt", **kw)
     assert result.verdict == "refuted" and result.counterexamples
     cex = result.counterexamples[0]
-    assert cex.trace and cex.expected != cex.produced  # replayed in verifier.api before it came back
+    assert cex.trace and cex.expected != cex.produced  # replayed in verifier.runs.api before it came back
 
 
 def test_sigma64_proved_by_smt():
@@ -63,8 +63,8 @@ def test_other_solvers_decide_the_battery_formulas_as_enumeration_does(solver):
     """Each case's SMT-LIB text, decided by another solver (or the portfolio): sat exactly where
     enumeration finds a failing input of the case, and its model a failing input."""
     from battery import battery_problem
-    from verifier import solvers
-    from verifier.encoding import encode
+    from verifier.smt import solvers
+    from verifier.smt.encoding import encode
     from verifier.engines.exhaustive import Exhaustive
     from verifier.evaluator import make_evaluator
     if solver != "portfolio":

@@ -14,7 +14,7 @@ import verifier
 from cli import main
 from verifier.constructions import CONSTRUCTIONS
 from verifier.errata import CLAIMS, run_errata, to_markdown
-from verifier.errors import InputError, UnbuildableError
+from verifier.support.errors import InputError, UnbuildableError
 from verifier.tasks import make_task
 
 

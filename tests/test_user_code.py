@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifier.budget import Deadline
-from verifier.errors import InputError
-from verifier.model import save_model
+from verifier.support.budget import Deadline
+from verifier.support.errors import InputError
+from verifier.modelfile import save_model
 from verifier.tasks import make_task
-from verifier.usercode import NotFinished, call, time_limit
+from verifier.support.usercode import NotFinished, call, time_limit
 
 from helpers import random_model
 

@@ -5,7 +5,7 @@ For each case split of the task (an input length and a query token), `encoding.e
 constant or to a table over one token is decided there and then, exactly; the rest goes to z3.
 UNSAT proves every input of the case; a model is decoded into a concrete input, evaluated by the
 batched evaluator (a disagreement is an InternalError, never a verdict) and returned, to be
-replayed once more by `verifier.api`.  Cases run in enumeration order, so ``covered`` (the
+replayed once more by `verifier.runs.api`.  Cases run in enumeration order, so ``covered`` (the
 inputs of the cases decided) is a prefix.
 """
 
@@ -18,10 +18,11 @@ from typing import Optional
 import numpy as np
 import z3
 
-from ..budget import Deadline, TimedOut
-from ..encoding import encode
-from .. import interrupts, solvers
-from ..errors import InputError, InternalError
+from ..support.budget import Deadline, TimedOut
+from ..smt.encoding import encode
+from ..support import interrupts
+from ..smt import solvers
+from ..support.errors import InputError, InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol
 
 import numpy as np
 
-from ..errors import InputError
+from ..support.errors import InputError
 
 NO_ANSWER = -1  # a per-position answer that is not required: that position is not judged
 

@@ -3,7 +3,7 @@ the time left, and for the engines that decide case by case, the cases decided a
 
 from __future__ import annotations
 
-from .engines.base import Tick
+from ..engines.base import Tick
 
 
 def duration(seconds: float) -> str:

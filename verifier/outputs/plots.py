@@ -22,9 +22,9 @@ from typing import BinaryIO, Optional
 import numpy as np
 
 from .dump import departure_text
-from .errors import InputError
-from .files import new_file
-from .tasks import canonical
+from ..support.errors import InputError
+from ..support.files import new_file
+from ..tasks import canonical
 
 FORMATS = (".png", ".svg")
 ATTENTION = re.compile(r"^L(\d+)\.H(\d+)\.attn$")
