@@ -15,6 +15,7 @@ from collections import Counter
 import pytest
 
 from battery import KINDS, battery_problem, decide_all
+from verifier.engines import ENGINES, EngineResult
 
 BATTERY_SIZE = int(os.environ.get("VERIFY_BATTERY_SIZE", 10_000))
 GRID_BATTERY_SIZE = int(os.environ.get("VERIFY_GRID_BATTERY_SIZE", 1_000))
@@ -24,6 +25,27 @@ SLICE = range(3 * len(KINDS))  # three models of every kind
 @pytest.mark.parametrize("i", SLICE)
 def test_battery_slice(i):
     decide_all(battery_problem(i))
+
+
+class _Prover:
+    """An engine that proves everything: registered, the battery must catch it with no edit."""
+
+    name = "prover"
+    symbolic = True
+
+    def unsupported(self, problem, opts):
+        return None
+
+    def run(self, problem, opts):
+        return EngineResult("complete", problem.task.total, [])
+
+
+def test_a_registered_engine_is_cross_checked(monkeypatch):
+    problem = battery_problem(1)  # a random index-lookup model over 10 inputs
+    assert decide_all(problem, through_api=False)["verdict"] == "refuted"
+    monkeypatch.setitem(ENGINES, "prover", _Prover())
+    with pytest.raises(AssertionError, match="prover"):
+        decide_all(problem, through_api=False)
 
 
 def _decide(i: int, grid: bool = False) -> tuple[int, dict | str]:
