@@ -25,7 +25,7 @@ from verifier.tasks.user import DatasetTask, ReferenceTask
 
 from helpers import RandomLookupTask, random_model
 from reference import RefFX, quantize_model, ref_answer, ref_forward
-from test_cli import run
+from helpers import run
 
 AB = ["a", "b"]
 

@@ -26,7 +26,7 @@ from verifier.tasks.bos import WithBos
 
 from helpers import add_biases, random_model, tracr_outputs
 from reference import RefFX, quantize_model, ref_answer, ref_forward
-from test_cli import run
+from helpers import run
 
 # -- tasks of the user's own ------------------------------------------------------------------------
 REFERENCE = '''

@@ -25,7 +25,7 @@ from verifier.runs.cluster import Cluster, Job
 from verifier.support.errors import InputError
 
 from test_answers import constant_model
-from test_cli import run
+from helpers import run
 
 ROOT = Path(__file__).resolve().parent.parent
 RIGHT = [{"input": ["a"], "answer": "a"}, {"input": ["b"], "answer": "a"}]  # a model that always says a is right

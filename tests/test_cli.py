@@ -10,19 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cli
 import verifier
 from verifier.constructions.index_lookup import build
+
+from helpers import run
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON_KEYS = {"verdict", "task", "construction", "params", "arithmetic", "engine", "inputs", "seconds", "min_margin",
              "counterexamples"}
-
-
-def run(capsys, *args):
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_proved_exit_0_and_json_keys(capsys):

@@ -10,17 +10,12 @@ import math
 import numpy as np
 import pytest
 
-import cli
 import verifier
 from verifier.support.errors import InputError
 from verifier.tasks import make_task
 from verifier.tasks.combinatorics import canonical_template, falling
 
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from helpers import run
 
 
 def enumerated(task) -> list[tuple[tuple[int, ...], int]]:

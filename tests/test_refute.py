@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 
-import cli
 import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.refute.certificate_check import check_certificate
@@ -23,13 +22,8 @@ from verifier.refute.refute import random_model, refute
 from verifier.refute.synthesis import synthesize
 from verifier.tasks import make_task
 
+from helpers import run
 from training import Shape, train
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_really_wrong(task, refutation) -> None:

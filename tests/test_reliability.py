@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import z3
 
-import cli
 import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.support.budget import Deadline, TimedOut
@@ -25,15 +24,9 @@ from verifier.support.errors import InputError, InternalError
 from verifier.evaluator import Evaluator
 from verifier.smt.symbolic import SymFX
 
-from helpers import edit_model_file
+from helpers import edit_model_file, run
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def export(capsys, tmp_path, name, *args) -> Path:

@@ -19,15 +19,11 @@ from verifier.outputs.dump import first_departure
 from verifier.engines.base import Tick
 from verifier.runs.progress import line
 
+from helpers import run
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib is not installed (pip install -e '.[plot]')")
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

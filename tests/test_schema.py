@@ -15,15 +15,9 @@ from verifier.runs.specs import spec_schema
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
-from helpers import edit_model_file
+from helpers import edit_model_file, run
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
