@@ -1,6 +1,6 @@
 """The differential battery (tests/battery.py): every engine and the reference agree on random models.
 
-A slice of every kind runs by default; ``python3 -m pytest -m slow tests/test_battery.py -s`` runs
+A slice of every kind runs by default; ``python3 -m pytest -m long tests/test_battery.py -s`` runs
 BATTERY_SIZE models (or $VERIFY_BATTERY_SIZE) on every core and prints the counts (README, "The
 differential battery"), and GRID_BATTERY_SIZE models (or $VERIFY_GRID_BATTERY_SIZE) on grids of
 rational step (tests/test_grid.py runs a slice of those)."""
@@ -57,11 +57,13 @@ def _decide(i: int, grid: bool = False) -> tuple[int, dict | str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_full_battery():
     _full(BATTERY_SIZE, grid=False)
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_full_grid_battery():
     _full(GRID_BATTERY_SIZE, grid=True)
 
