@@ -119,6 +119,7 @@ class _NoInputs(RandomLookupTask):
         return answers, np.zeros_like(valid)
 
 
+@pytest.mark.slow
 def test_a_run_that_checked_nothing_is_never_proved(capsys, tmp_path):
     task = _NoInputs(2, 2, 2, seed=0)
     model = random_model(np.random.default_rng(1), task.vocab, task.max_len, C=2, readout="argmax")
@@ -138,6 +139,7 @@ def test_a_run_that_checked_nothing_is_never_proved(capsys, tmp_path):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "no input to check" in err
 
 
+@pytest.mark.slow
 def test_tracr_shift_by_is_refuted_where_rasp_gives_a_value(capsys, tmp_path):
     pytest.importorskip("tracr")
     program = tmp_path / "shift.py"
@@ -234,6 +236,7 @@ def test_refute_prints_what_the_unquantized_model_answers():
 
 
 # -- item 6: how often is the model wrong -----------------------------------------------------------------
+@pytest.mark.slow
 def test_the_exact_count_is_the_loop_over_the_evaluator():
     for problem in (verifier.build_problem("idxl", N=6, p=5),
                     verifier.build_problem(ReferenceTask(3, shift, AB), p=8, model=constant_model(AB, 3)),

@@ -22,6 +22,7 @@ GRID_BATTERY_SIZE = int(os.environ.get("VERIFY_GRID_BATTERY_SIZE", 1_000))
 SLICE = range(3 * len(KINDS))  # three models of every kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", SLICE)
 def test_battery_slice(i):
     decide_all(battery_problem(i))

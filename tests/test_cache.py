@@ -228,6 +228,7 @@ def _verdict_file(tmp_path: Path, result) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writer", ["model", "certificate", "figure", "safetensors", "dump", "sweep table", "report"])
 def test_a_write_that_is_interrupted_leaves_nothing_and_the_rerun_writes_it(tmp_path, monkeypatch, writer):
     pytest.importorskip("matplotlib")
@@ -250,6 +251,7 @@ def test_a_write_that_is_interrupted_leaves_nothing_and_the_rerun_writes_it(tmp_
     assert len(made) == 1 and not made[0].name.startswith(".") and made[0].stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_export_leaves_no_truncated_model(tmp_path):
     """A model large enough to take a while to write (31 MB): Ctrl-C once its bytes start to appear."""
     out = tmp_path / "big.npz"

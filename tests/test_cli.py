@@ -62,6 +62,7 @@ def test_trace_flag(capsys):
     assert code == 1 and "L0.H0.attn" in json.loads(out)["trace"]
 
 
+@pytest.mark.slow
 def test_unknown_exit_3_on_timeout(capsys):
     code, out, _ = run(capsys, "idxl", "--N", "16", "--p", "12", "--sigma", "3", "--engine", "exhaustive",
                        "--timeout", "1", "--json")
@@ -77,6 +78,7 @@ def _as_a_terminal_starts_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_ctrl_c_gives_unknown_with_count():
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "16", "--p", "12", "--sigma", "3",
                              "--engine", "exhaustive", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
@@ -205,6 +207,7 @@ def test_list(capsys):
     assert code == 0 and "index_lookup (idxl)" in out and "Theorem 1" in out
 
 
+@pytest.mark.slow
 def test_smt_engine_from_the_cli(capsys):
     code, out, _ = run(capsys, "idxl", "--N", "10", "--p", "12", "--sigma", "64", "--engine", "smt", "--json")
     doc = json.loads(out)

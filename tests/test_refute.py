@@ -70,6 +70,7 @@ def test_a_tampered_certificate_is_rejected(tmp_path, edit, problem):
     assert problems and any(problem in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_no_certificate_where_the_theorem_does_not_apply(capsys):
     for name, N, opts in [("icqa", 1, dict(nq=3, na=3)), ("template_matching", 3, dict(substitutions=1)),
                           ("memorization", 2, {})]:
@@ -100,6 +101,7 @@ def test_one_layer_solves_icqa_with_one_pair():
 
 
 # -- refuting models ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_trained_icqa_model_is_refuted_by_a_certificate():
     task = make_task("icqa", 2, nq=3, na=3)
     model, accuracy = train(task, Shape("relu", 2))
@@ -109,6 +111,7 @@ def test_a_trained_icqa_model_is_refuted_by_a_certificate():
     assert_really_wrong(task, result)
 
 
+@pytest.mark.slow
 def test_a_trained_equality_model_is_refuted():
     task = make_task("equality", 6)
     model, accuracy = train(task, Shape("softmax", 1))
@@ -227,6 +230,7 @@ def test_a_low_precision_model_collides():
 
 
 # -- bounded synthesis -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_bounded_synthesis_finds_a_model_that_escapes_one_certificate():
     task = make_task("icqa", 2, nq=2, na=2)
     cert = find_certificate(task)

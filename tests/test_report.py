@@ -53,6 +53,7 @@ def test_first_departure_is_the_first_gap_beyond_one_step():
     assert first_departure(table, 4) is None
 
 
+@pytest.mark.slow
 def test_the_dump_has_the_departure_and_the_weights_the_run_used(files):
     doc = json.loads(files["dump"].read_text())
     f = doc["arithmetic"]["f"]
@@ -71,6 +72,7 @@ def test_the_dump_has_the_departure_and_the_weights_the_run_used(files):
 
 
 # -- the report -----------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dump", "verdict", "sweep"])
 def test_report_is_one_self_contained_page(capsys, tmp_path, files, kind):
     out = tmp_path / "r.html"
@@ -132,6 +134,7 @@ def _edit(place: tuple, value=None, delete: bool = False):
     return lambda doc: edit_document(doc, place, value, delete)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,edit,message", [
     ("verdict", _edit(("verdict",), []), 'verdict: expected one of "proved", "refuted", "unknown", got an array'),
     ("verdict", _edit(("task",), delete=True), "missing key 'task'"),
@@ -164,6 +167,7 @@ def test_report_and_plot_refuse_malformed_documents_with_one_line(capsys, tmp_pa
         assert not (tmp_path / name).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (Debian package chromium)")
 def test_report_renders_in_headless_chromium(capsys, tmp_path, files):
     out = tmp_path / "r.html"
@@ -185,6 +189,7 @@ def test_report_renders_in_headless_chromium(capsys, tmp_path, files):
 
 
 # -- figures -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @needs_matplotlib
 def test_sweep_plot_and_attention_plot(capsys, tmp_path, files):
     png = tmp_path / "f.png"
@@ -202,6 +207,7 @@ def test_sweep_plot_and_attention_plot(capsys, tmp_path, files):
     assert run(capsys, "plot", files["verdict"], "-o", tmp_path / "v.png")[0] == 2
 
 
+@pytest.mark.slow
 def test_figures_need_a_figure_format_and_matplotlib(capsys, tmp_path, files, monkeypatch):
     code, _, err = run(capsys, "sweep", "idxl", "--N", "2", "--p", "4", "--plot", tmp_path / "f.pdf")
     assert code == 2 and ".png or .svg" in err

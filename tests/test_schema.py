@@ -98,6 +98,7 @@ MODEL_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,edit,message", MODEL_CASES, ids=[c[0] for c in MODEL_CASES])
 def test_model_files_are_read_strictly(capsys, tmp_path, idxl4, name, edit, message):
     path = edit_model_file(idxl4, tmp_path / "bad.npz", **edit)
@@ -172,6 +173,7 @@ SPEC_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text,message", SPEC_CASES)
 def test_specs_are_read_strictly(capsys, tmp_path, text, message):
     path = tmp_path / "s.toml"

@@ -55,6 +55,7 @@ def test_induction_heads_answers_match_the_definition(sigma, N):
         assert task.answer(x).tolist() == brute_induction(list(x[1:]), task.bot)
 
 
+@pytest.mark.slow
 def test_dyck22_answers_match_the_definition():
     task = make_task("dyck22", N=6)
     for x in every_input(task):
@@ -80,6 +81,7 @@ def test_composition_answers_match_the_definition(opts):
 
 
 # -- the constructions ------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("task,opts,engine", [
     ("induction_heads", dict(N=5, sigma=3, p=16, f=4), "exhaustive"),
     ("induction_heads", dict(N=4, sigma=3, p=16, f=4), "smt"),
@@ -95,6 +97,7 @@ def test_constructions_are_proved(task, opts, engine):
     assert r.covered == r.total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,opts,engine", [
     ("induction_heads", dict(N=6, sigma=3, p=16, f=4, eta=0.5), "exhaustive"),  # beta below ln 3
     ("induction_heads", dict(N=6, sigma=3, p=16, f=4, eta=0.5), "smt"),
@@ -138,6 +141,7 @@ def test_the_printed_sht_spacing_confuses_a_mismatch_with_the_start_token():
     assert exact.cause(problem, first.tokens).kind == "exact"  # not a rounding artefact
 
 
+@pytest.mark.slow
 def test_recurrent_dyck_model_is_proved_for_every_length_at_constant_size():
     sizes = set()
     for N in (4, 64, 512):
@@ -163,6 +167,7 @@ def test_exhaustive_and_smt_agree_on_random_per_position_models():
     assert "refuted" in verdicts
 
 
+@pytest.mark.slow
 def test_reach_smt_and_exhaustive_agree_on_perturbed_recurrent_models():
     task = make_task("dyck22", N=5)
     rng = np.random.default_rng(5)
@@ -199,6 +204,7 @@ def test_recurrent_evaluator_matches_a_per_step_reference(overflow):
             assert bool(out.ovf[b]) == (ovf and overflow == "error")
 
 
+@pytest.mark.slow
 def test_per_position_readout_matches_the_reference():
     rng = np.random.default_rng(11)
     for trial in range(8):

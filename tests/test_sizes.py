@@ -58,6 +58,7 @@ class Boom:
         return never
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     (("idxl", "--N", 100000, "--p", 16), "index_lookup at N=100000, sigma=2 has 100,002 tokens; the verifier takes "
                                           "at most 65,536"),
@@ -128,6 +129,7 @@ def _variants():
             yield name, variant
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,variant", list(_variants()))
 def test_every_construction_states_its_cost_before_it_builds(monkeypatch, name, variant):
     construction = CONSTRUCTIONS[name]
