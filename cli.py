@@ -18,36 +18,38 @@ from pathlib import Path
 import click
 
 import verifier
-from verifier import exact, interrupts, plots, report, separation, shapes
+from verifier import exact
+from verifier.support import interrupts
+from verifier.outputs import plots, report
+from verifier.refute import separation, shapes
 from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, FixedPoint, make_format, parse_format
-from verifier.budget import Deadline, TimedOut
-from verifier.cache import Cache, default_path as default_cache_path
-from verifier.certificate_check import CERTIFICATE_SCHEMA, check_certificate
-from verifier.cluster import Cluster
-from verifier.certificates import find_certificate, load_checked as load_certificate, save as save_certificate, \
-    why_none
+from verifier.support.budget import Deadline, TimedOut
+from verifier.runs.cache import Cache, default_path as default_cache_path
+from verifier.refute.certificate_check import CERTIFICATE_SCHEMA, check_certificate
+from verifier.runs.cluster import Cluster
+from verifier.refute.certificates import find_certificate, load_checked as load_certificate, save as save_certificate, why_none
 from verifier.constructions import CONSTRUCTIONS
-from verifier.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
-from verifier.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
-from verifier.api import build_construction
+from verifier.refute.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
+from verifier.outputs.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
+from verifier.runs.api import build_construction
 from verifier.engines import ENGINES
-from verifier.solvers import CHOICES as SOLVER_CHOICES
-from verifier.errata import CLAIMS as ERRATA_CLAIMS, run_errata, select as errata_select, to_json as errata_json, \
-    to_markdown as errata_markdown, to_text as errata_text
-from verifier.errors import InputError, InternalError
-from verifier.files import new_file
+from verifier.smt.solvers import CHOICES as SOLVER_CHOICES
+from verifier.errata import (CLAIMS as ERRATA_CLAIMS, run_errata, select as errata_select, to_json as errata_json,
+    to_markdown as errata_markdown, to_text as errata_text)
+from verifier.support.errors import InputError, InternalError
+from verifier.support.files import new_file
 from verifier.importers.tracr import compile_program
 from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert as convert_state_dict
-from verifier.model import META_SCHEMA
-from verifier.progress import Overall, line as progress_line
+from verifier.modelfile import META_SCHEMA
+from verifier.runs.progress import Overall, line as progress_line
 from verifier.result import EXIT_CODES, count_text
-from verifier.refute import METHODS, refute, refute_random
-from verifier.specs import PROFILES, check as check_specs, load_specs, spec_schema
-from verifier.synthesis import certificate_lines, decide_certificate
-from verifier.sweep import RANGE_HELP, parse_range, sweep
+from verifier.refute.refute import METHODS, refute, refute_random
+from verifier.runs.specs import PROFILES, check as check_specs, load_specs, spec_schema
+from verifier.refute.synthesis import certificate_lines, decide_certificate
+from verifier.runs.sweep import RANGE_HELP, parse_range, sweep
 from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
 from verifier.tasks.user import split_names
-from verifier.usercode import NotFinished, time_limit
+from verifier.support.usercode import NotFinished, time_limit
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from verifier.cache import Cache
-from verifier.sweep import frontier
+from verifier.runs.cache import Cache
+from verifier.runs.sweep import frontier
 
 SWEEPS = [("equality", dict(Ns=[32, 64], ps=list(range(8, 14)), engine="smt")),
           ("idxl", dict(Ns=[9, 10], ps=list(range(4, 12)), engine="exhaustive", sigma=3))]

@@ -21,7 +21,7 @@ import numpy as np
 import verifier
 from verifier.engines import cost
 from verifier.evaluator import make_evaluator
-from verifier.refute import random_model
+from verifier.refute.refute import random_model
 from verifier.tasks import make_task
 
 PROBLEMS = [  # (label, task, N, options, model: None for the construction, or (heads, width, attention))

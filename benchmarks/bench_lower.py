@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import verifier  # noqa: E402
 from verifier.model import Readout, Recurrent  # noqa: E402
-from verifier.refute import refute  # noqa: E402
+from verifier.refute.refute import refute  # noqa: E402
 from verifier.tasks import make_task  # noqa: E402
 from training import Shape, train  # noqa: E402  (the test suite's numpy trainer)
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import verifier
-from verifier.budget import Deadline
+from verifier.support.budget import Deadline
 from verifier.engines import RunOptions
 from verifier.engines.smt import Smt
 

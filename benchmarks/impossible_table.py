@@ -1,5 +1,5 @@
 """Chen and Zou at finite precision (issue 23, item 5): does any 1-layer model of the synthesis
-family (one-hot embeddings, H ReLU heads of width m, a linear readout; `verifier.synthesis`), every
+family (one-hot embeddings, H ReLU heads of width m, a linear readout; `verifier.refute.synthesis`), every
 weight a p-bit code, answer **every input** of a tiny dataset right in FX?  Per row: UNSAT (no
 model of the family solves the dataset at that precision: the theorem holds there), a model that
 solves it (proved on every input by the engines: the theorem fails at that precision), or unknown
@@ -20,8 +20,8 @@ from typing import Optional
 
 import verifier
 from verifier.arithmetic import FixedPoint
-from verifier.certificates import find_certificate
-from verifier.synthesis import synthesize, synthesize_dataset
+from verifier.refute.certificates import find_certificate
+from verifier.refute.synthesis import synthesize, synthesize_dataset
 from verifier.tasks import make_task
 
 ICQA2, ICQA3, TM2 = dict(N=2, nq=2, na=2), dict(N=2, nq=3, na=3), dict(N=2)

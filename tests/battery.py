@@ -15,12 +15,12 @@ not).  `decide_all` then requires, with zero tolerance:
 * for every case split, the SMT formula (bit-vectors) holds at every input enumeration says fails,
   and z3 finds a failing input exactly when enumeration does, and only one that fails (a solve
   that takes more than SOLVE_SECONDS is counted as unknown, never as agreement);
-* the integer theory, given a few seconds, agrees wherever it decides (it may answer unknown on
-  non-linear formulas, which is counted, never a disagreement);
-* `verifier.run` with the SMT engine (replay and sample check included) gives enumeration's verdict;
-* the bounds engine, on the one-layer models it supports, finds a failure exactly when enumeration
-  does, only failing inputs, in the first case that has one; and `verifier.run` with it gives
-  enumeration's verdict.
+* every engine of the registry (`verifier.engines.ENGINES`: a newly registered engine is checked
+  with no edit here) that can run the problem finds a failure exactly when enumeration does, only
+  inputs that fail, and no more decided inputs than leave out the failures it did not report;
+  one that runs out of ENGINE_SECONDS or whose solver gives up (the integer theory on non-linear
+  formulas) is counted unknown, never agreement.  `verifier.run` with it (replay and sample
+  check included) gives enumeration's verdict, or unknown past the same time.
 """
 
 from __future__ import annotations
@@ -36,24 +36,24 @@ import verifier
 from fractions import Fraction
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, Fixed, FixedPoint, Grid
-from verifier.budget import Deadline
+from verifier.support.budget import Deadline
 from verifier.constructions.index_lookup import build as build_idxl
-from verifier.encoding import encode
-from verifier.engines import Problem, RunOptions
-from verifier.engines.bounds import Bounds
+from verifier.smt.encoding import encode
+from verifier.engines import ENGINES, Problem, RunOptions
 from verifier.engines.exhaustive import Exhaustive
-from verifier.engines.smt import Smt
-from verifier.engines.reach import Reach
+from verifier.engines.smt import DECIDED, Smt
 from verifier.evaluator import make_evaluator
 from verifier.model import Readout, Recurrent
 from verifier.tasks import DatasetTask, ReferenceTask, make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
+from verifier.verdicts import Status
 
 from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
 from reference import RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
-SOLVE_SECONDS = 15.0
+SOLVE_SECONDS = 15.0  # one case's solve in the encoding check
+ENGINE_SECONDS = 5.0  # one engine's run; past it the engine's answer is counted unknown, never agreement
 KINDS = ("construction", "random-idxl", "lookup-argmax", "lookup-threshold", "boolean", "retrieval", "extreme",
          "degenerate", "sequence", "recurrent", "user-reference", "user-dataset", "bos-sequence")
 
@@ -245,63 +245,66 @@ def reference_failures(problem: Problem) -> set:
     return failing
 
 
-def decide_all(problem: Problem, int_seconds: float = 1.0, through_api: bool = True) -> dict:
-    """Decide the problem every way; assert that all of them agree; return what happened."""
+def distinct_engines() -> dict[str, object]:
+    """The engine registry (`verifier.engines.ENGINES`), each engine once: a name that is another's
+    alias (smt and smt-bv are the same engine) is left out.  A newly registered engine is in it."""
+    out, seen = {}, set()
+    for name, engine in ENGINES.items():
+        key = (type(engine), tuple(sorted(vars(engine).items())))
+        if key not in seen:
+            seen.add(key)
+            out[name] = engine
+    return out
+
+
+def decide_all(problem: Problem, engine_seconds: float = ENGINE_SECONDS, through_api: bool = True) -> dict:
+    """Decide the problem every way; assert that all of them agree; return what happened: the
+    verdict, then for the SMT encoding and every engine of the registry agree, unknown (out of time,
+    or the solver gave up) or n/a (it cannot run the problem)."""
     task = problem.task
     enum = Exhaustive().run(problem, RunOptions(max_counterexamples=max(1, task.total), workers=1))
     failing = {tuple(int(t) for t in f.tokens) for f in enum.found}
     assert reference_failures(problem) == failing, "enumeration and the reference disagree"
-    if task.cases is None:  # a list of examples: only enumeration can decide it
-        return {"verdict": "refuted" if failing else "proved", "bv": "n/a", "int": "n/a", "bounds": "n/a"}
-    if getattr(task, "dfa", None) is not None and isinstance(problem.model, Recurrent):
-        reach = Reach().run(problem, RunOptions())
-        assert bool(reach.found) == bool(failing), "the reach engine disagrees"
-        assert all(tuple(int(t) for t in f.tokens) in failing for f in reach.found)
+    verdict = "refuted" if failing else "proved"
+    outcome = {"verdict": verdict, "encoding": _encoding_agrees(problem, failing)}
+    for name, engine in distinct_engines().items():
+        opts = RunOptions(deadline=Deadline(engine_seconds), workers=1)
+        if engine.unsupported(problem, opts) is not None:
+            outcome[name] = "n/a"
+            continue
+        got = engine.run(problem, opts)  # decoded models are re-checked by the engine
+        reported = {tuple(int(t) for t in f.tokens) for f in got.found}
+        assert reported <= failing, f"{name} reports a success"
+        unreported = len(failing - reported)  # none of them can be among the inputs it says it decided
+        assert got.covered <= task.total - unreported, f"{name} says it decided {got.covered} inputs"
+        if got.status != Status.COMPLETE and not got.found:
+            outcome[name] = "unknown"
+            continue
+        assert bool(got.found) == bool(failing), f"the {name} engine disagrees"
+        assert failing or got.covered == task.total, f"{name} proved {got.covered} of {task.total} inputs"
+        outcome[name] = "agree"
+        if through_api:  # replay and sample check included; a run past its time is unknown, never a verdict
+            assert verifier.run(problem, name, timeout=engine_seconds).verdict in (verdict, "unknown"), \
+                f"verifier.run with the {name} engine disagrees"
+    return outcome
+
+
+def _encoding_agrees(problem: Problem, failing: set) -> str:
+    """Case by case, the SMT formula (bit-vectors) holds at every input enumeration says fails, and
+    it has a failing input exactly when the case has one, and only one that fails."""
+    if problem.task.cases is None:  # a list of examples: only enumeration can decide it
+        return "n/a"
     ev = make_evaluator(problem.model, problem.arith)
-    bv_status = "agree"
-    for case in task.cases():
+    status = "agree"
+    for case in problem.task.cases():
         enc = encode(ev, case, "bv")
         in_case = [t for t in failing if enc.contains(t)]
         for tokens in in_case:
             assert enc.holds_at(tokens), (case.name, tokens)
-        if enc.fail.expr is None:
-            found = Smt._from_table(enc, 1)
-        else:
-            found, status = Smt._solve(enc, 1, Deadline(SOLVE_SECONDS), {})
-            if status == "timeout":
-                bv_status = "unknown"
-                continue
-            assert status in ("sat", "unsat"), status
+        found, how = Smt.solve_case(enc, 1, Deadline(SOLVE_SECONDS))
+        if how not in DECIDED:
+            status = "unknown"
+            continue
         assert bool(found) == bool(in_case), (case.name, found, in_case)
         assert all(tuple(t) in failing for t in found), (case.name, found)
-    verdict = "refuted" if failing else "proved"
-    bounds_status = _bounds_agree(problem, failing)
-    by_int = Smt("int").run(problem, RunOptions(deadline=Deadline(int_seconds)))  # decoded models are re-checked
-    int_status = "unknown" if by_int.status != "complete" and not by_int.found else "agree"
-    if int_status == "agree":
-        assert bool(by_int.found) == bool(failing), "the integer theory disagrees"
-        assert all(tuple(int(t) for t in f.tokens) in failing for f in by_int.found)
-    if through_api and bv_status == "agree":
-        assert verifier.run(problem, "smt").verdict == verdict, "verifier.run disagrees"
-    if through_api and bounds_status == "agree":
-        assert verifier.run(problem, "bounds").verdict == verdict, "verifier.run with the bounds engine disagrees"
-    return {"verdict": verdict, "bv": bv_status, "int": int_status, "bounds": bounds_status}
-
-
-def _bounds_agree(problem: Problem, failing: set) -> str:
-    """The bounds engine, where it runs, finds a failure exactly when enumeration does, only inputs
-    that fail, and in the first case that has one (with the cases before it covered)."""
-    bounds = Bounds()
-    if bounds.unsupported(problem, RunOptions()) is not None:
-        return "n/a"
-    got = bounds.run(problem, RunOptions(max_counterexamples=3))
-    assert got.status == "complete", got.stats
-    assert bool(got.found) == bool(failing), "the bounds engine disagrees"
-    assert all(tuple(int(t) for t in f.tokens) in failing for f in got.found), "the bounds engine reports a success"
-    if failing:
-        task = problem.task
-        cases = list(task.cases())
-        first = next(c for c in cases if any(len(t) == c.length and all(x in d for x, d in zip(t, c.domains))
-                                             for t in failing))
-        assert got.covered == sum(c.count for c in cases[:cases.index(first)])
-    return "agree"
+    return status

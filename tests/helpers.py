@@ -1,4 +1,4 @@
-"""Random small models of every kind, for differential tests; edited model files."""
+"""Random small models of every kind, for differential tests; edited model files; the CLI run in-process."""
 
 from __future__ import annotations
 
@@ -8,8 +8,18 @@ from typing import Callable, Optional
 
 import numpy as np
 
+import cli
 from verifier.model import Head, Layer, Model, Readout
 from verifier.tasks.base import Vocabulary
+
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    """``verify ARGS`` in this process (`cli.main`, each argument as a string): the exit code, stdout
+    and stderr."""
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 EXTREMES = (1e300, -1e300, 2.0 ** 40, -(2.0 ** 40), 2.0 ** 29, 1e-300, -1e-300, -0.0, 5e-324)

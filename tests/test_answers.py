@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import verifier
-from verifier.count import clopper_pearson, count_errors
+from verifier.refute.count import clopper_pearson, count_errors
 from verifier.engines import Problem
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator
-from verifier.model import Head, Layer, Model, Readout, Recurrent, save_model
-from verifier.refute import random_model as refute_model, refute
+from verifier.model import Head, Layer, Model, Readout, Recurrent
+from verifier.modelfile import save_model
+from verifier.refute.refute import random_model as refute_model, refute
 from verifier.tasks import Batch, make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
@@ -24,7 +25,7 @@ from verifier.tasks.user import DatasetTask, ReferenceTask
 
 from helpers import RandomLookupTask, random_model
 from reference import RefFX, quantize_model, ref_answer, ref_forward
-from test_cli import run
+from helpers import run
 
 AB = ["a", "b"]
 
@@ -118,6 +119,7 @@ class _NoInputs(RandomLookupTask):
         return answers, np.zeros_like(valid)
 
 
+@pytest.mark.slow
 def test_a_run_that_checked_nothing_is_never_proved(capsys, tmp_path):
     task = _NoInputs(2, 2, 2, seed=0)
     model = random_model(np.random.default_rng(1), task.vocab, task.max_len, C=2, readout="argmax")
@@ -137,6 +139,7 @@ def test_a_run_that_checked_nothing_is_never_proved(capsys, tmp_path):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "no input to check" in err
 
 
+@pytest.mark.slow
 def test_tracr_shift_by_is_refuted_where_rasp_gives_a_value(capsys, tmp_path):
     pytest.importorskip("tracr")
     program = tmp_path / "shift.py"
@@ -248,6 +251,7 @@ def test_refute_prints_what_the_unquantized_model_answers():
 
 
 # -- item 6: how often is the model wrong -----------------------------------------------------------------
+@pytest.mark.slow
 def test_the_exact_count_is_the_loop_over_the_evaluator():
     for problem in (verifier.build_problem("idxl", N=6, p=5),
                     verifier.build_problem(ReferenceTask(3, shift, AB), p=8, model=constant_model(AB, 3)),

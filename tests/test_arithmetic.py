@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, exp_table
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 
 from reference import RefFX
 
@@ -18,6 +18,7 @@ def codes(p):
     return st.integers(-(2 ** (p - 1)), 2 ** (p - 1) - 1)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(formats, st.data())
 def test_round_shift_and_product(fmt, data):
@@ -28,6 +29,7 @@ def test_round_shift_and_product(fmt, data):
     assert got == ref.R(ref.val(a) * ref.val(b))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(formats, st.sampled_from(ACCUMULATES), st.data())
 def test_linear_rule(fmt, accumulate, data):
@@ -41,6 +43,7 @@ def test_linear_rule(fmt, accumulate, data):
     assert got == ref.dot(W, x, b)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(formats, st.data())
 def test_division(fmt, data):
@@ -51,6 +54,7 @@ def test_division(fmt, data):
     assert fx.round_div(np.array([num]), np.array([den]))[0] == ref.round_int(Fraction(num, den))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(formats, st.data())
 def test_saturation_and_quantize(fmt, data):
@@ -78,6 +82,7 @@ def test_exp_table_is_correctly_rounded_everywhere(p, f, rounding):
     assert ref.exp(dmin - 1) == 0 or dmin == -(2 ** (p - 1))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(formats, st.data())
 def test_softmax(fmt, data):

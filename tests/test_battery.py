@@ -1,6 +1,6 @@
 """The differential battery (tests/battery.py): every engine and the reference agree on random models.
 
-A slice of every kind runs by default; ``python3 -m pytest -m slow tests/test_battery.py -s`` runs
+A slice of every kind runs by default; ``python3 -m pytest -m long tests/test_battery.py -s`` runs
 BATTERY_SIZE models (or $VERIFY_BATTERY_SIZE) on every core and prints the counts (README, "The
 differential battery"), and GRID_BATTERY_SIZE models (or $VERIFY_GRID_BATTERY_SIZE) on grids of
 rational step (tests/test_grid.py runs a slice of those)."""
@@ -15,15 +15,38 @@ from collections import Counter
 import pytest
 
 from battery import KINDS, battery_problem, decide_all
+from verifier.engines import ENGINES, EngineResult
 
 BATTERY_SIZE = int(os.environ.get("VERIFY_BATTERY_SIZE", 10_000))
 GRID_BATTERY_SIZE = int(os.environ.get("VERIFY_GRID_BATTERY_SIZE", 1_000))
 SLICE = range(3 * len(KINDS))  # three models of every kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", SLICE)
 def test_battery_slice(i):
     decide_all(battery_problem(i))
+
+
+class _Prover:
+    """An engine that proves everything: registered, the battery must catch it with no edit."""
+
+    name = "prover"
+    symbolic = True
+
+    def unsupported(self, problem, opts):
+        return None
+
+    def run(self, problem, opts):
+        return EngineResult("complete", problem.task.total, [])
+
+
+def test_a_registered_engine_is_cross_checked(monkeypatch):
+    problem = battery_problem(1)  # a random index-lookup model over 10 inputs
+    assert decide_all(problem, through_api=False)["verdict"] == "refuted"
+    monkeypatch.setitem(ENGINES, "prover", _Prover())
+    with pytest.raises(AssertionError, match="prover"):
+        decide_all(problem, through_api=False)
 
 
 def _decide(i: int, grid: bool = False) -> tuple[int, dict | str]:
@@ -35,11 +58,13 @@ def _decide(i: int, grid: bool = False) -> tuple[int, dict | str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_full_battery():
     _full(BATTERY_SIZE, grid=False)
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_full_grid_battery():
     _full(GRID_BATTERY_SIZE, grid=True)
 

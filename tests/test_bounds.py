@@ -81,6 +81,7 @@ CASES = [dict(attention="softmax"), dict(attention="relu"), dict(attention="soft
          dict(attention="relu", H=2), dict(attention="softmax", d=1, m=1, mv=1)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(30))
 def test_bounds_agrees_with_enumeration_on_random_one_layer_models(seed):
     rng = np.random.default_rng(500 + seed)
@@ -112,6 +113,7 @@ def test_a_failing_construction_is_refuted_by_a_counterexample_the_engine_found(
     assert result.covered == 34 and cex.index // 8 == first.index // 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("N, eta", [(14, 2.5), (16, 3.0)])
 def test_soft_attention_is_decided_as_enumeration_decides_it(N, eta):
     """A small eta leaves every weight positive: the bounds still prove (eta = 3), and find the
@@ -153,6 +155,7 @@ def test_unsupported_problems_are_refused_with_the_reason():
         verifier.prove("idxl", N=4, p=8, engine="bounds", start=3)
 
 
+@pytest.mark.slow
 def test_a_timeout_gives_unknown_with_the_cases_covered():
     result = verifier.prove("idxl", N=512, p=12, sigma=64, engine="bounds", timeout=2)
     assert result.verdict == "unknown" and result.status == "timeout"

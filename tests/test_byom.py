@@ -16,16 +16,17 @@ import pytest
 import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.engines import Problem
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.importers.safetensors import read_tensors, write_safetensors
-from verifier.model import load_model, save_model, weights_sha256
+from verifier.modelfile import load_model, save_model
+from verifier.model import weights_sha256
 from verifier.tasks import make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
 
 from helpers import add_biases, random_model, tracr_outputs
 from reference import RefFX, quantize_model, ref_answer, ref_forward
-from test_cli import run
+from helpers import run
 
 # -- tasks of the user's own ------------------------------------------------------------------------
 REFERENCE = '''
@@ -53,6 +54,7 @@ def ref(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_reference_task_is_the_function_on_every_string(ref):
     task = make_task("reference", N=3, reference=f"{ref}:count_a", vocab="a,b")
     assert task.total == 2 + 4 + 8 and task.class_names == ["0", "1", "2", "3"]
@@ -69,6 +71,7 @@ def test_reference_task_is_the_function_on_every_string(ref):
     assert valid.tolist() == [False, True]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options,message", [
     (dict(reference="nope.py:last", vocab="a"), "reference module nope.py"),
     (dict(reference="{ref}:missing", vocab="a"), "defines no 'missing'"),
@@ -143,6 +146,7 @@ def _lookup_model(rng, task, *, bos=False, biases=False, extra_rows=0):
     return model
 
 
+@pytest.mark.slow
 def test_biases_bos_and_rows_round_trip_through_the_file(tmp_path, ref):
     rng = np.random.default_rng(3)
     task = make_task("reference", N=2, reference=f"{ref}:last", vocab="a,b,c")
@@ -159,6 +163,7 @@ def test_biases_bos_and_rows_round_trip_through_the_file(tmp_path, ref):
     assert result.provenance["weights_sha256"] == weights_sha256(back) != weights_sha256(replace(back, bos=None))
 
 
+@pytest.mark.slow
 def test_every_engine_agrees_with_the_reference_loop_on_biases_bos_and_named_rows(ref):
     """Random models with attention biases, a BOS token and a readout over more rows than the task
     has classes: enumeration against an independent reference loop, and the SMT and bounds engines
@@ -247,6 +252,7 @@ def test_bos_task_shifts_positions_and_pickles(ref):
 
 
 # -- the CLI ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_run_sweep_and_check_accept_the_users_tasks(capsys, tmp_path, ref, dataset):
     task = make_task("reference", N=2, reference=f"{ref}:last", vocab="a,b")
     rng = np.random.default_rng(11)
@@ -350,6 +356,7 @@ def test_safetensors_files_of_the_official_writer_read_alike(tmp_path):
     assert all(np.array_equal(read[k], state[k]) for k in state)
 
 
+@pytest.mark.slow
 def test_transformer_lens_import_round_trips_and_verifies(capsys, tmp_path):
     from verifier.importers.transformer_lens import convert, forward
     rng = np.random.default_rng(1)
@@ -544,6 +551,7 @@ def _compiled(program="lib:make_length", max_len=4, vocab=("a", "b", "c")):
     return compile_program(program, list(vocab), max_len)
 
 
+@pytest.mark.slow
 def test_tracr_conversion_round_trips_against_tracr_apply():
     pytest.importorskip("tracr")
     rng = np.random.default_rng(0)
@@ -565,9 +573,10 @@ def test_tracr_conversion_round_trips_against_tracr_apply():
             assert [compiled.model.readout.rows[int(i)] for i in scores.argmax(axis=1)] == [str(x) for x in answers]
 
 
+@pytest.mark.slow
 def test_tracr_make_length_is_proved_at_its_p_star_and_refuted_one_bit_below():
     compiled = _compiled()
-    frontier = verifier.sweep.frontier(compiled.task, [4], list(range(8, 15)), model=compiled.model, f=4,
+    frontier = verifier.runs.sweep.frontier(compiled.task, [4], list(range(8, 15)), model=compiled.model, f=4,
                                        scheduler="serial")
     p_star = frontier.rows[0].p_star
     assert p_star is not None and frontier.rows[0].verdicts[p_star - 1] == "refuted"
@@ -578,6 +587,7 @@ def test_tracr_make_length_is_proved_at_its_p_star_and_refuted_one_bit_below():
         assert below.counterexamples[0].input.startswith("BOS ")
 
 
+@pytest.mark.slow
 def test_verify_tracr_prints_p_star(capsys):
     pytest.importorskip("tracr")
     code, out, err = run(capsys, "tracr", "lib:make_length", "--vocab", "a,b,c", "--max-len", 3, "--p", "9..13",
@@ -590,6 +600,7 @@ def test_verify_tracr_prints_p_star(capsys):
     assert code == 2 and "may not hold BOS" in err
 
 
+@pytest.mark.slow
 def test_transformer_lens_import_with_bos_reads_every_position_after_it(tmp_path, ref):
     from verifier.importers.transformer_lens import convert
     path = write_safetensors(tmp_path / "tl.safetensors", tl_state(np.random.default_rng(6)))
@@ -630,7 +641,8 @@ def test_exact_weights_round_trip_through_the_model_file(tmp_path):
     fingerprint, and decide as the model in memory does."""
     from fractions import Fraction
     from verifier.constructions import CONSTRUCTIONS
-    from verifier.model import exact_array, is_exact, load_model, save_model, weights_sha256
+    from verifier.model import exact_array, is_exact, weights_sha256
+    from verifier.modelfile import load_model, save_model
     m = CONSTRUCTIONS["equality"].build(make_task("equality", N=6), "paper", None, None, 0, 6)
     m.readout.theta = Fraction(-1, 6)
     m.layers[1].heads[0].W_V = exact_array(m.layers[1].heads[0].W_V) / 3

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 import verifier
-from verifier import files as files_mod
-from verifier.cache import FORMAT_1, Cache, run_key
-from verifier.cluster import Cluster, Job
-from verifier.errors import InputError
+from verifier.support import files as files_mod
+from verifier.runs.cache import FORMAT_1, Cache, run_key
+from verifier.runs.cluster import Cluster, Job
+from verifier.support.errors import InputError
 
 from test_answers import constant_model
-from test_cli import run
+from helpers import run
 
 ROOT = Path(__file__).resolve().parent.parent
 RIGHT = [{"input": ["a"], "answer": "a"}, {"input": ["b"], "answer": "a"}]  # a model that always says a is right
@@ -198,13 +198,13 @@ def test_a_cache_of_the_earlier_format_is_emptied_and_upgraded(tmp_path):
 
 # -- item 14: every file appears whole or not at all ------------------------------------------------------
 def _writers(tmp_path: Path) -> dict:
-    from verifier.certificates import find_certificate, save as save_certificate
-    from verifier.dump import write_dumps
+    from verifier.refute.certificates import find_certificate, save as save_certificate
+    from verifier.outputs.dump import write_dumps
     from verifier.importers.safetensors import write_safetensors
-    from verifier.plots import frontier_figure, save as save_figure
+    from verifier.outputs.plots import frontier_figure, save as save_figure
     problem = verifier.build_problem("idxl", N=4, p=12, eta=0.5)
     refuted = verifier.run(problem)
-    sweep = verifier.sweep.frontier("idxl", [2, 3], [4, 5], scheduler="serial").to_json()
+    sweep = verifier.runs.sweep.frontier("idxl", [2, 3], [4, 5], scheduler="serial").to_json()
     cert = find_certificate(verifier.tasks.make_task("icqa", 2, nq=2, na=2))
     return {"model": lambda p: verifier.save_model(problem.model, p),
             "certificate": lambda p: save_certificate(cert, str(p)),
@@ -228,6 +228,7 @@ def _verdict_file(tmp_path: Path, result) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writer", ["model", "certificate", "figure", "safetensors", "dump", "sweep table", "report"])
 def test_a_write_that_is_interrupted_leaves_nothing_and_the_rerun_writes_it(tmp_path, monkeypatch, writer):
     pytest.importorskip("matplotlib")
@@ -250,6 +251,7 @@ def test_a_write_that_is_interrupted_leaves_nothing_and_the_rerun_writes_it(tmp_
     assert len(made) == 1 and not made[0].name.startswith(".") and made[0].stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_export_leaves_no_truncated_model(tmp_path):
     """A model large enough to take a while to write (31 MB): Ctrl-C once its bytes start to appear."""
     out = tmp_path / "big.npz"

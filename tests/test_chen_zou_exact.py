@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from verifier import exact
-from verifier.api import build_problem, prove
+from verifier.runs.api import build_problem, prove
 from verifier.constructions.blocks import constrained, lemma3_classifier
 from verifier.model import is_exact
 
@@ -49,6 +49,7 @@ def test_memorization_lemma3_margin_is_exactly_one_64th():
     assert found.min_margin == (Fraction(1, 64), Fraction(1, 64))
 
 
+@pytest.mark.slow
 def test_memorization_lemma3_needs_p12_and_fails_below_by_rounding_only():
     proved = prove("memorization", N=3, p=12, alphabet=4, variant="paper")
     assert proved.verdict == "proved"
@@ -144,6 +145,7 @@ def test_template_matching_counterexample_at_p12_is_a_saturation():
     assert why.saturated_at == c.saturated_at
 
 
+@pytest.mark.slow
 def test_icqa_is_right_in_exact_arithmetic_with_margin_3():
     problem = build_problem("icqa", N=3, p=12, nq=4, na=4)
     found = exact.search(problem)
@@ -151,6 +153,7 @@ def test_icqa_is_right_in_exact_arithmetic_with_margin_3():
     assert found.min_margin == (3, 3)
 
 
+@pytest.mark.slow
 def test_ictm_printed_ties_on_every_input():
     """Appendix 15 built as printed (alpha^(2) n x n): layer 3 reads the last l rows, which nothing
     writes, so every answer logit at the last token is exactly 0 -- a tie on each of the 648 inputs.
@@ -173,6 +176,7 @@ def test_ictm_printed_ties_on_every_input():
     assert exact.search(build_problem("ictm", na=3, **task_problem)).verdict == "proved"
 
 
+@pytest.mark.slow
 def test_ictm_literal_rectangular_identity_changes_no_verdict(monkeypatch):
     """W_QK^(1)'s lower-left block I_{(d'-d1) x d1}, read as 0, taken literally instead (source row
     d1 + j against target token j): charitable is still right with 2 answers, ties on every input

@@ -11,19 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import cli
 import verifier
 from verifier.constructions.index_lookup import build
+
+from helpers import run
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON_KEYS = {"verdict", "task", "construction", "params", "arithmetic", "engine", "inputs", "seconds", "min_margin",
              "counterexamples"}
-
-
-def run(capsys, *args):
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_proved_exit_0_and_json_keys(capsys):
@@ -68,6 +63,7 @@ def test_trace_flag(capsys):
     assert code == 1 and "L0.H0.attn" in json.loads(out)["trace"]
 
 
+@pytest.mark.slow
 def test_unknown_exit_3_on_timeout(capsys):
     code, out, _ = run(capsys, "idxl", "--N", "16", "--p", "12", "--sigma", "3", "--engine", "exhaustive",
                        "--timeout", "1", "--json")
@@ -83,6 +79,7 @@ def _as_a_terminal_starts_it() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_ctrl_c_gives_unknown_with_count():
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "16", "--p", "12", "--sigma", "3",
                              "--engine", "exhaustive", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
@@ -219,6 +216,7 @@ def test_list(capsys):
     assert code == 0 and "index_lookup (idxl)" in out and "Theorem 1" in out
 
 
+@pytest.mark.slow
 def test_smt_engine_from_the_cli(capsys):
     code, out, _ = run(capsys, "idxl", "--N", "10", "--p", "12", "--sigma", "64", "--engine", "smt", "--json")
     doc = json.loads(out)
@@ -235,7 +233,7 @@ def test_smt_engine_from_the_cli(capsys):
                                          ("4,8,16", [4, 8, 16]), ("16,4,8,4", [4, 8, 16]), ("2..6:2,9", [2, 4, 6, 9]),
                                          (" 3 .. 5 ", [3, 4, 5])])
 def test_a_range_is_a_value_a_stepped_range_or_a_list(text, values):
-    from verifier.sweep import parse_range
+    from verifier.runs.sweep import parse_range
     assert parse_range(text, "--N") == values
 
 

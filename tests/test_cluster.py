@@ -14,12 +14,12 @@ import pytest
 
 import cli
 import verifier
-from verifier import cache as cache_mod
-from verifier.cache import Cache, run_key
-from verifier.cluster import Cluster, dask_installed, resolve
-from verifier.errors import InputError
-from verifier.specs import check, load_specs
-from verifier.sweep import frontier
+from verifier.runs import cache as cache_mod
+from verifier.runs.cache import Cache, run_key
+from verifier.runs.cluster import Cluster, dask_installed, resolve
+from verifier.support.errors import InputError
+from verifier.runs.specs import check, load_specs
+from verifier.runs.sweep import frontier
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_dask = pytest.mark.skipif(not dask_installed(), reason="Dask is not installed (pip install -e '.[dask]')")
@@ -91,7 +91,7 @@ def test_scheduler_names_are_checked(monkeypatch, capsys):
     assert resolve("serial") == "serial" and resolve(None) == "serial"  # the tests' VERIFY_SCHEDULER
     with pytest.raises(InputError, match="--scheduler must be"):
         resolve("my laptop")
-    monkeypatch.setattr("verifier.cluster.dask_installed", lambda: False)
+    monkeypatch.setattr("verifier.runs.cluster.dask_installed", lambda: False)
     with pytest.raises(InputError, match="needs Dask"):
         resolve("local")
     monkeypatch.delenv("VERIFY_SCHEDULER")
@@ -100,6 +100,7 @@ def test_scheduler_names_are_checked(monkeypatch, capsys):
     assert "needs Dask" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @needs_dask
 def test_an_unreachable_scheduler_is_one_line_exit_2(capsys):
     assert cli.main(["sweep", "idxl", "--N", "2", "--p", "4", "--no-cache", "--scheduler", "tcp://127.0.0.1:9"]) == 2
@@ -107,6 +108,7 @@ def test_an_unreachable_scheduler_is_one_line_exit_2(capsys):
     assert "cannot connect" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 @needs_dask
 def test_a_sweep_on_a_local_cluster_gives_the_serial_table(local):
     grid = dict(Ns=[2, 4, 6, 8], ps=[4, 5, 6, 7, 8])
@@ -119,6 +121,7 @@ def test_a_sweep_on_a_local_cluster_gives_the_serial_table(local):
     assert table(fr) == table(frontier("equality", **smt, scheduler="serial")) and fr.rows[1].ruled_out_by
 
 
+@pytest.mark.slow
 def test_an_smt_counterexample_does_not_depend_on_the_runs_before_it():
     first = verifier.prove("equality", N=64, p=11, engine="smt").counterexamples[0].input
     verifier.prove("equality", N=64, p=12, engine="smt")
@@ -126,6 +129,7 @@ def test_an_smt_counterexample_does_not_depend_on_the_runs_before_it():
     assert verifier.prove("equality", N=64, p=11, engine="smt").counterexamples[0].input == first
 
 
+@pytest.mark.slow
 @needs_dask
 def test_a_check_on_a_local_cluster_gives_the_serial_outcomes_in_spec_order(tmp_path):
     specs = load_specs([ROOT / "specs" / name for name in (
@@ -139,6 +143,7 @@ def test_a_check_on_a_local_cluster_gives_the_serial_outcomes_in_spec_order(tmp_
     assert all(o.ok for o in done.outcomes) and "LocalCluster" in done.ran_on
 
 
+@pytest.mark.slow
 @needs_dask
 @pytest.mark.parametrize("kw", [dict(p=12), dict(p=12, eta=2.0, start=131_000, max_counterexamples=3)])
 def test_enumeration_split_over_a_cluster_matches_this_process(local, kw):
@@ -159,6 +164,7 @@ def _sweep(*args):
             "--engine", "exhaustive", *args]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["serial", pytest.param("local", marks=needs_dask)])
 def test_an_interrupted_sweep_resumes_from_its_cache(tmp_path, scheduler):
     env = {**os.environ, "VERIFY_SCHEDULER": scheduler}
@@ -197,6 +203,7 @@ def _group(pid: int) -> list[str]:
             and Path(f"/proc/{line.split()[0]}/stat").read_text().split()[2] != "Z"]
 
 
+@pytest.mark.slow
 @needs_dask
 @pytest.mark.parametrize("command,sig,to_group,delay", [
     ("sweep", signal.SIGINT, True, 0.0), ("sweep", signal.SIGINT, True, 1.5), ("sweep", signal.SIGTERM, False, 0.0),
@@ -245,6 +252,7 @@ def _listening(pids: set[int]) -> set[tuple[str, int]]:
     return found
 
 
+@pytest.mark.slow
 @needs_dask
 def test_a_local_cluster_listens_on_loopback_only_and_serves_no_dashboard(monkeypatch):
     import urllib.error

@@ -16,17 +16,17 @@ import z3
 
 import cli
 import verifier
-from verifier import budget
+from verifier.support import budget
 from verifier.arithmetic import make_format
-from verifier.budget import Deadline, TimedOut
-from verifier.certificates import find_certificate
+from verifier.support.budget import Deadline, TimedOut
+from verifier.refute.certificates import find_certificate
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES, RunOptions, auto, bounds
 from verifier.engines.exhaustive import CHUNK, Exhaustive
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.layer0 import class_table
-from verifier.refute import random_model
-from verifier.synthesis import synthesize
+from verifier.refute.refute import random_model
+from verifier.refute.synthesis import synthesize
 from verifier.tasks import make_task
 
 
@@ -94,6 +94,7 @@ def test_auto_falls_back_when_an_engine_refuses_its_memory_as_it_starts(monkeypa
     assert "chosen by auto" in result.summary()
 
 
+@pytest.mark.slow
 def test_a_range_of_a_space_beyond_enumeration_is_enumerated(capsys):
     problem = verifier.build_problem("idxl", N=64, p=12)
     assert problem.task.total > 1 << 36
@@ -145,6 +146,7 @@ def test_enumeration_stops_inside_a_chunk_at_the_deadline():
     assert resumed.status == "complete" and resumed.covered == 10
 
 
+@pytest.mark.slow
 def test_every_solve_gets_the_time_left(monkeypatch):
     """z3's timeout is set before each solve of a case, not once per case."""
     calls = []
@@ -158,6 +160,7 @@ def test_every_solve_gets_the_time_left(monkeypatch):
 
 
 # -- item 8: the deadline reaches what does not poll it ----------------------------------------
+@pytest.mark.slow
 def test_an_enforced_deadline_stops_a_python_loop_and_a_z3_solve():
     for work in (_busy, _hard_solve):
         t0 = time.monotonic()
@@ -180,6 +183,7 @@ def _hard_solve(t0: float) -> None:
     s.check()
 
 
+@pytest.mark.slow
 def test_a_construction_that_outlasts_the_timeout_gives_unknown(monkeypatch, capsys):
     def hang(*args, **kwargs):
         _busy(time.monotonic())

@@ -10,17 +10,12 @@ import math
 import numpy as np
 import pytest
 
-import cli
 import verifier
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.tasks import make_task
 from verifier.tasks.combinatorics import canonical_template, falling
 
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from helpers import run
 
 
 def enumerated(task) -> list[tuple[tuple[int, ...], int]]:
@@ -35,6 +30,7 @@ def assert_index_roundtrip(task, examples, step: int = 1) -> None:
 
 
 # -- the datasets --------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("k,nq,na", [(1, 2, 2), (2, 3, 3), (3, 4, 4), (2, 4, 3)])
 def test_icqa_dataset_is_the_definition(k, nq, na):
     task = make_task("icqa", k, nq=nq, na=na)
@@ -73,6 +69,7 @@ def test_template_sets_refuse_duplicates_up_to_renaming(capsys):
     assert code == 2 and "3 wildcards, more than the 2 symbols" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k,l,X,na", [(1, 2, 3, 2), (2, 2, 3, 2), (2, 3, 3, 2)])
 def test_ictm_dataset_is_the_definition(k, l, X, na):
     task = make_task("ictm", k, length=l, alphabet=X, na=na)
@@ -129,6 +126,7 @@ def test_constructions_are_proved(task, N, opts, variant, p, arith):
     assert result.covered == result.total == make_task(task, N, **opts).total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,N,opts,p", [("icqa", 3, dict(nq=4, na=4), 6), ("template_matching", 3, {}, 14),
                                            ("ictm", 2, dict(length=2, na=2), 12), ("icqa", 2, dict(nq=3, na=3), 2)])
 def test_smt_and_enumeration_agree(task, N, opts, p):
@@ -139,6 +137,7 @@ def test_smt_and_enumeration_agree(task, N, opts, p):
         assert by_smt.covered == by_smt.total and by_smt.engine_stats["sample_check"]["inputs"] > 0
 
 
+@pytest.mark.slow
 def test_icqa_at_a_size_beyond_enumeration():
     result = verifier.prove("icqa", N=5, nq=20, na=20, p=8)
     assert result.verdict == "proved" and result.engine == "smt (auto)" and result.total == 5 * falling(20, 5) ** 2
@@ -161,6 +160,7 @@ def test_printed_constructions_are_refuted(task, N, opts, p):
         assert cex.expected == t.answer_name(truth) and cex.produced != cex.expected
 
 
+@pytest.mark.slow
 def test_lemma3_classifier_needs_more_bits_than_the_normalized_rows():
     """Lemma 3 in exact rationals has margin 1/64 here (tests/test_chen_zou_exact.py): proved from p = 12."""
     printed = {p: verifier.prove("memorization", N=3, alphabet=4, p=p, variant="paper").verdict for p in (11, 12, 16)}

@@ -27,6 +27,7 @@ def test_resume_finds_the_later_counterexamples():
     assert [c.index for c in resumed.counterexamples] == [c.index for c in first.counterexamples[2:4]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eta", [None, 1.0])
 def test_parallel_and_serial_agree(eta):
     problem = verifier.build_problem("idxl", N=14, p=9, eta=eta)
@@ -37,6 +38,7 @@ def test_parallel_and_serial_agree(eta):
     assert serial.min_margin == parallel.min_margin and serial.covered == parallel.covered
 
 
+@pytest.mark.slow
 def test_timeout_gives_unknown_with_coverage():
     problem = verifier.build_problem("idxl", N=16, p=12, sigma=3)
     result = verifier.run(problem, "exhaustive", timeout=1.0)
@@ -44,6 +46,7 @@ def test_timeout_gives_unknown_with_coverage():
     assert 0 <= result.covered < result.total and "timeout" in result.reason
 
 
+@pytest.mark.slow
 def test_engine_matches_reference_loop_on_random_models():
     """Every failure the reference loop sees, the engine reports, and nothing else."""
     rng = np.random.default_rng(11)

@@ -61,6 +61,7 @@ def test_every_row_quotes_the_paper_and_says_its_reading():
             assert c.quote.startswith("not the paper's text") and c.paper.arxiv == "2402.09268"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", keys())
 def test_the_class_is_the_audited_one_and_follows_from_the_evidence(key):
     r = row(key)
@@ -79,6 +80,7 @@ def test_the_class_is_the_audited_one_and_follows_from_the_evidence(key):
         assert r.paper_model.verdict in ("right", "none stated")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", keys())
 def test_the_engine_runs_are_recomputed(key):
     """The paper-grid and FX verdicts of the row, decided again by `verifier.prove`."""
@@ -92,6 +94,7 @@ def test_the_engine_runs_are_recomputed(key):
             assert result.counterexamples[0].input == run.failure.input
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", keys())
 def test_the_counterexamples_fail_for_the_stated_reason(key):
     r = row(key)
@@ -121,6 +124,7 @@ def test_f2_fails_only_in_binary_fixed_point_with_an_unrounded_threshold():
     assert rounded.verdict == "proved" and "rounded like every parameter (to 5/32)" in rounded.note
 
 
+@pytest.mark.slow
 def test_g2_with_its_scaling_is_right_and_its_former_counterexamples_too():
     r = row("g2-nearest-neighbour")
     assert r.exact[0].right_everywhere and r.exact[0].checked == 1216
@@ -132,6 +136,7 @@ def test_g2_with_its_scaling_is_right_and_its_former_counterexamples_too():
     assert mqar.exact[0].decided[0].input == "++ 1 +- 0 -+ 0 ++" and mqar.exact[0].decided[0].exact == "right"
 
 
+@pytest.mark.slow
 def test_the_key_minus_2_3_changes_no_answer():
     """Both readings are right on every input in exact arithmetic: the printed -2.3 changes no
     answer; and the literal build does reach -2.3 (tests/test_printed.py checks the key)."""
@@ -142,6 +147,7 @@ def test_the_key_minus_2_3_changes_no_answer():
     assert r.binary[0].verdict == "proved"
 
 
+@pytest.mark.slow
 def test_lemma3_is_right_in_exact_arithmetic_and_needs_p12():
     r = row("lemma3-memorization")
     ex = r.exact[0]
@@ -177,6 +183,7 @@ def test_template_matching_literal_fx_failure_at_p12_is_a_saturation():
     assert why.kind == "saturation" and why.exact.verdict == "right" and why.saturated_at
 
 
+@pytest.mark.slow
 def test_ictm_is_wrong_in_exact_arithmetic_on_every_input():
     """Built under the charitable readings, with layer 3 on the template rows: all 1,944 inputs
     (3 answers, 2 blocks) tie in exact arithmetic; as printed (the last l rows) too; the FX
@@ -233,6 +240,7 @@ def test_classify_takes_the_strongest_finding_the_evidence_supports():
         errata.classify(plain, None, *_evidence())
 
 
+@pytest.mark.slow
 def test_verify_errata_prints_the_class_quote_and_reading(capsys, tmp_path):
     assert main(["errata", "--row", "f2-n6", "--row", "f3-g-by-position", "--json", "--dump", str(tmp_path)]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -28,6 +28,7 @@ def assert_matches_reference(model, fx: FixedPoint, tokens: np.ndarray) -> None:
         assert (int(a.pred[i]), bool(a.tie[i])) == (pred, tie)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rounding,accumulate,overflow", MODES)
 def test_batched_paths_match_reference_loop(rounding, accumulate, overflow):
     rng = np.random.default_rng(hash((rounding, accumulate, overflow)) % 2 ** 32)
@@ -43,6 +44,7 @@ def test_batched_paths_match_reference_loop(rounding, accumulate, overflow):
     assert len(kinds) >= 4  # several architectures were covered
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("heads", [1, 2, 3, 4])
 def test_relu_attention_with_averaged_heads_matches_reference(heads):
     """ReLU attention with the 1/m head average (Chen and Zou 2024), R(sum / m) rounded exactly."""

@@ -53,6 +53,7 @@ def _has_softmax(model) -> bool:
     return isinstance(model, Model) and any(l.attention == "softmax" for l in model.layers)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(40))
 def test_scores_match_the_real_reference(seed):
     """Every readout score (every position read) encloses the reference's value; a model without
@@ -88,6 +89,7 @@ def test_recurrent_models_are_exact(seed):
         assert [[lo for lo, _ in d.scores] for d in got.decisions] == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(40))
 def test_agrees_with_float64_where_its_margin_is_far_from_zero(seed):
     """The float64 reference and exact arithmetic give the same answer wherever float64's margin
@@ -248,10 +250,11 @@ def test_degenerate_shapes(dims):
                 assert lo - tol <= y <= hi + tol
 
 
+@pytest.mark.slow
 def test_a_search_covers_the_members_that_are_no_inputs():
     """Nearest neighbour enumerates 288 sequences at N = 3, 192 of them inputs (the margin
     assumption holds): a search over all of them is complete, and counts the inputs it checked."""
-    from verifier.api import build_problem
+    from verifier.runs.api import build_problem
     problem = build_problem("nearest_neighbour", N=3, p=12, variant="paper")
     found = exact.search(problem)
     assert (found.verdict, found.covered, found.total, found.checked) == ("proved", 288, 288, 192)

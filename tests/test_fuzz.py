@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import cli
 import verifier
-from verifier.specs import load_spec
+from verifier.runs.specs import load_spec
 
 from helpers import edit_model_file
 from test_report import edit_document
@@ -133,6 +133,7 @@ def _apply(arrays: dict, edits) -> None:
             arrays[name] = arr
 
 
+@pytest.mark.slow
 @FUZZ
 @given(which=st.integers(0, 2),
        meta_edits=st.one_of(st.just([]), st.lists(st.tuples(st.sampled_from(META_PATHS), json_values), max_size=3)),
@@ -280,6 +281,7 @@ def _places(doc, depth: int = 3, at: tuple = ()) -> list[tuple]:
     return places
 
 
+@pytest.mark.slow
 @FUZZ
 @given(kind=st.sampled_from(["verdict", "dump", "sweep"]), data=st.data(), value=json_values,
        delete=st.booleans(), command=st.sampled_from(["report", "plot"]))

@@ -13,14 +13,14 @@ from hypothesis import given, settings, strategies as st
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid, make_format, parse_format
-from verifier.cache import run_key
+from verifier.runs.cache import run_key
 from cli import main
-from verifier.dump import write_dumps
+from verifier.outputs.dump import write_dumps
 from verifier.engines import RunOptions
 from verifier.engines.exhaustive import Exhaustive
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator, trace
-from verifier.specs import load_spec
+from verifier.runs.specs import load_spec
 
 from battery import KINDS, battery_problem, decide_all
 from reference import RefGrid
@@ -41,6 +41,7 @@ def codes(fmt):
     return st.integers(fmt.lo, fmt.hi)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(grids, st.data())
 def test_product_is_the_code_of_the_rounded_value(g, data):
@@ -51,6 +52,7 @@ def test_product_is_the_code_of_the_rounded_value(g, data):
     assert got == ref.R(ref.val(a) * ref.val(b))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(grids, st.data())
 def test_linear_rule(g, data):
@@ -63,6 +65,7 @@ def test_linear_rule(g, data):
     assert got == ref.dot(W, x, b)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(grids, st.data())
 def test_head_mean(g, data):
@@ -72,6 +75,7 @@ def test_head_mean(g, data):
     assert got == ref.R(ref.val(Fraction(sum(outs), len(outs))))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(grids.filter(lambda g: g[0] <= 1), st.data())
 def test_softmax(g, data):
@@ -82,6 +86,7 @@ def test_softmax(g, data):
     assert list(got) == ref.softmax(s)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(grids, st.data())
 def test_quantize_floats_and_rationals_exactly(g, data):
@@ -101,6 +106,7 @@ def test_quantize_floats_and_rationals_exactly(g, data):
     assert got.dtype == np.int64 and got[0] == ref.R(x) and bool(sat[0]) == ref.ovf
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(grids, st.data())
 def test_thresholds_compare_exactly(g, data):
@@ -123,7 +129,7 @@ def test_exp_table_is_correctly_rounded_everywhere(step, hi, rounding):
 
 
 def test_exp_table_that_cannot_fit_is_refused_before_it_is_built(monkeypatch):
-    monkeypatch.setattr("verifier.budget.available_memory", lambda: 2 ** 30)  # a machine with 1 GiB free
+    monkeypatch.setattr("verifier.support.budget.available_memory", lambda: 2 ** 30)  # a machine with 1 GiB free
     with pytest.raises(InputError, match=r"exp table .*\(16,777,217 entries\) needs about"):
         Grid.symmetric(Fraction(1, 2 ** 24), 1).exp_table()
 
@@ -147,6 +153,7 @@ def test_fx_is_the_grid_of_step_two_to_the_minus_f():
                 assert fx.exp_table()[1].tolist() == grid.exp_table()[1].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(0, 3 * len(KINDS), 3))
 def test_fx_as_a_grid_gives_the_same_verdicts_and_traces(i):
     """A battery model in FX and on the grid of step 2^-f: the same failing inputs, the same trace
@@ -180,6 +187,7 @@ def test_constructions_decide_alike_in_fx_and_as_the_grid(task, N, p, variant):
         assert all(np.array_equal(ca.trace[k]["codes"], cb.trace[k]["codes"]) for k in ca.trace)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(2 * len(KINDS)))
 def test_battery_on_grids(i):
     """Random models on random grids: enumeration, the reference, SMT (bv and int), bounds, agree."""

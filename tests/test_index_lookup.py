@@ -54,6 +54,7 @@ def test_construction_is_proved(N, p, sigma, kw):
     assert result.min_margin is not None and result.min_margin > 0
 
 
+@pytest.mark.slow
 def test_proof_agrees_with_reference_loop_on_every_input():
     model, fx = build(4, sigma=3), RefFX(8)
     assert verifier.prove("idxl", N=4, p=8, sigma=3).verdict == "proved"
@@ -102,7 +103,7 @@ def test_default_eta_is_the_paper_rule():
 
 
 def test_precision_frontier_small():
-    from verifier.sweep import frontier
+    from verifier.runs.sweep import frontier
     fr = frontier("idxl", [2, 4, 8], [3, 4, 5, 6, 7, 8])
     for row in fr.rows:
         assert row.p_star is not None

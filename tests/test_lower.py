@@ -7,14 +7,14 @@ import pytest
 
 import cli
 import verifier
-from verifier import fooling, shapes
+from verifier.refute import fooling, shapes
 from verifier.arithmetic import FixedPoint
 from verifier.evaluator import Evaluator, make_evaluator
 from verifier.model import Head, Layer, Model, Readout, Recurrent
 from verifier.arithmetic import exp_table
-from verifier.protocol import evaluator_scores, ranges, scope, simulate, window
-from verifier.refute import random_model, refute
-from verifier.synthesis import synthesize_recurrent
+from verifier.refute.protocol import evaluator_scores, ranges, scope, simulate, window
+from verifier.refute.refute import random_model, refute
+from verifier.refute.synthesis import synthesize_recurrent
 from verifier.tasks import make_task
 from training import Shape, train
 
@@ -55,6 +55,7 @@ def test_fooling_sets_at_sizes_beyond_enumeration_are_sample_checked():
         assert fooling.sample_check(task, fooling.build(task, limit=300), 200, rng) == 200
 
 
+@pytest.mark.slow
 def test_greedy_fooling_set_for_a_user_task(tmp_path):
     path = tmp_path / "ref.py"
     path.write_text("def f(s):\n    return s[0]\n")  # the first token, read at the end: a prefix of length 1
@@ -78,6 +79,7 @@ def _model(rng, V, L, H, mv, attention, causal, ffn, every, scale):
                  [str(i) for i in range(V)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ["softmax", "relu"])
 def test_the_protocol_equals_the_evaluator_bit_for_bit(attention):
     """Thousands of random models and inputs: every head count, width, p, f, rounding, accumulation,
@@ -183,6 +185,7 @@ def test_recurrent_models_are_refuted_by_state_collisions(name, N, opts, p):
         assert "Theorem 2" in " ".join(r.argument)
 
 
+@pytest.mark.slow
 def test_a_recurrent_model_that_solves_dyck_has_no_collision():
     problem = verifier.build_problem("dyck22", N=8, p=4, f=1, variant="recurrent")
     model = refute.__globals__["_Model"](problem)
@@ -219,6 +222,7 @@ def test_low_precision_transformers_collide_on_equality_and_dyck():
 
 
 # -- shapes ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_shape_counts_and_the_smallest_impossible_N():
     v = shapes.impossible("equality", 4, shapes.parse_shape("rnn:1,2"))
     assert v.verdict == "impossible" and v.count.value == 2 and v.members == 4 and v.smallest == 4
@@ -229,6 +233,7 @@ def test_shape_counts_and_the_smallest_impossible_N():
     assert shapes.impossible("dyck22", 8, shapes.parse_shape("rnn:1,2")).count is None  # Alice holds no prefix
 
 
+@pytest.mark.slow
 def test_the_smallest_N_is_where_the_count_crosses():
     for name, shape in [("equality", "tf1:1,1,4"), ("dyck22", "tf1:1,2,8"), ("mqar", "rnn:4,8")]:
         s = shapes.parse_shape(shape)
@@ -238,6 +243,7 @@ def test_the_smallest_N_is_where_the_count_crosses():
         assert shapes.impossible(name, below, s, smallest=False).verdict == "open"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,N,width,p", [("equality", 4, 1, 2), ("equality", 6, 1, 3), ("index_lookup", 3, 1, 3)])
 def test_impossible_shapes_have_no_model_by_synthesis(name, N, width, p):
     """The count says impossible; bounded synthesis over the whole dataset finds no model (UNSAT)."""
@@ -252,6 +258,7 @@ def test_synthesis_finds_a_model_where_one_exists():
     assert verifier.run(verifier.build_problem("index_lookup", N=1, p=4, model=s.model)).verdict == "proved"
 
 
+@pytest.mark.slow
 def test_cli_impossible_and_refute(capsys, tmp_path):
     code = cli.main(["impossible", "equality", "--N", "256", "--shape", "tf1:1,1,4"])
     out = capsys.readouterr().out
@@ -296,6 +303,7 @@ CLI_CASES += [("reference", 6, "softmax"), ("reference", 6, "recurrent"), ("pari
               ("parity", 6, "softmax"), ("dataset", 6, "recurrent")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,N,kind", CLI_CASES)
 def test_every_task_is_refuted_through_the_cli(name, N, kind, tmp_path, capsys):
     """`verify refute --method protocol` on a random 1-layer model (a readout at every position for a
@@ -326,6 +334,7 @@ def test_every_task_is_refuted_through_the_cli(name, N, kind, tmp_path, capsys):
         assert ev.judge(ev.forward(tokens), answers).failed.all()  # the model gets it wrong
 
 
+@pytest.mark.slow
 def test_the_recurrent_dyck_construction_is_not_refuted(tmp_path, capsys):
     """The 7-state automaton as 29 ReLUs solves Dyck-(2,2) at every length: no collision, no claim."""
     path = tmp_path / "dyck.npz"
@@ -353,6 +362,7 @@ def test_a_trained_one_layer_model_collides_on_induction_heads():
 
 
 # -- bounded synthesis over whole datasets (Chen and Zou at finite precision) ----------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("p,rounding,overflow", [(3, "floor", "saturate"), (3, "nearest", "error"),
                                                  (4, "zero", "saturate"), (2, "nearest", "saturate")])
 def test_the_synthesis_formula_is_the_evaluator_on_random_weights(p, rounding, overflow):
@@ -360,7 +370,7 @@ def test_the_synthesis_formula_is_the_evaluator_on_random_weights(p, rounding, o
     substituted, holds exactly when the evaluator gets the member right: no wrap-around, no
     departure from the arithmetic, so an UNSAT is the arithmetic's."""
     import z3
-    from verifier.synthesis import family_formula, family_model, family_weights
+    from verifier.refute.synthesis import family_formula, family_model, family_weights
     task = make_task("template_matching", 2)
     fx = FixedPoint(p, None, rounding, overflow)
     rng = np.random.default_rng(p)
@@ -383,10 +393,11 @@ def test_the_synthesis_formula_is_the_evaluator_on_random_weights(p, rounding, o
     assert outcomes == {True, False}  # both outcomes compared
 
 
+@pytest.mark.slow
 def test_whole_dataset_synthesis_decides_template_matching():
     """UNSAT at p = 3 and a model proved on every input at p = 4 (the benchmark's rows), with and
     without the symmetry order (z3 agrees in 75 s; not run here)."""
-    from verifier.synthesis import synthesize_dataset, synthesize_inputs
+    from verifier.refute.synthesis import synthesize_dataset, synthesize_inputs
     task = make_task("template_matching", 2)
     assert synthesize_dataset(task, 1, 1, FixedPoint(3), timeout=300, solver="bitwuzla").verdict == "impossible"
     batches = list(task.batches(0, task.total, 64))
@@ -398,6 +409,7 @@ def test_whole_dataset_synthesis_decides_template_matching():
     assert s.verdict == "escapes" and s.whole_dataset.startswith("proved on all 9 inputs")
 
 
+@pytest.mark.slow
 def test_a_transformer_shape_impossible_by_count_has_no_model_by_synthesis(capsys):
     """tf1:1,1,2,relu on induction heads at N = 9: the count says IMPOSSIBLE (13 messages < 16 Alice
     parts); bounded synthesis on the fooling set's 64 inputs finds no model (UNSAT)."""
@@ -410,7 +422,7 @@ def test_a_transformer_shape_impossible_by_count_has_no_model_by_synthesis(capsy
 
 # -- the frontier from both sides ----------------------------------------------------------------------
 def test_the_largest_impossible_p_is_where_the_count_stops_excluding():
-    from verifier.separation import largest_impossible_p, parse_family
+    from verifier.refute.separation import largest_impossible_p, parse_family
     for name, N, family in [("index_lookup", 256, "rnn:16"), ("dyck22", 128, "tf1:1,2"), ("equality", 128, "rnn:16")]:
         P = largest_impossible_p(name, N, parse_family(family))
         size = fooling.size(name, N)
@@ -420,6 +432,7 @@ def test_the_largest_impossible_p_is_where_the_count_stops_excluding():
         assert P >= 2 and all(impossible(p) for p in range(2, P + 1)) and not impossible(P + 1), (name, P)
 
 
+@pytest.mark.slow
 def test_the_separation_figure_is_drawn_from_a_sweep(tmp_path, capsys):
     out = tmp_path / "fig.png"
     code = cli.main(["separation", "dyck22", "--sweep", "docs/results/dyck22-recurrent.json", "--shapes",
@@ -439,6 +452,7 @@ def test_the_separation_figure_is_drawn_from_a_sweep(tmp_path, capsys):
     assert code == 2
 
 
+@pytest.mark.slow
 def test_user_tasks_get_a_verdict_about_a_shape(tmp_path, capsys):
     """A greedy fooling set, built at every N up to the one asked: first token == last token needs
     3 states after a prefix (the first token), so no recurrent model with 2 state codes computes it."""

@@ -21,10 +21,11 @@ from verifier.constructions.blocks import Layout
 from verifier.constructions.nearest_neighbour import layer2_eta
 from verifier.constructions.sign_vectors import sign_vectors
 from verifier.constructions.sparse_threshold import printed_units
-from verifier.dump import first_departure, format_trace, write_dumps
-from verifier.errors import InputError, UnbuildableError
-from verifier.model import is_exact, load_model, save_model
-from verifier.report import render
+from verifier.outputs.dump import first_departure, format_trace, write_dumps
+from verifier.support.errors import InputError, UnbuildableError
+from verifier.model import is_exact
+from verifier.modelfile import load_model, save_model
+from verifier.outputs.report import render
 
 # -- the rebuilt constructions compute what they did before the rebuild ------------------------------
 # Fingerprints of the quantized codes (every weight array, the threshold's code, the structure) of
@@ -75,6 +76,7 @@ def code_fingerprint(problem) -> str:
     return h.hexdigest()[:16]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,opts,variant,fingerprints", FORMER_BUILDS)
 def test_the_rebuilt_constructions_have_their_former_codes(task, opts, variant, fingerprints):
     opts = dict(opts)
@@ -84,6 +86,7 @@ def test_the_rebuilt_constructions_have_their_former_codes(task, opts, variant, 
 
 
 # -- exact rational weights --------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("task,opts,variant,float_arrays", [
     ("index_lookup", {"N": 16, "sigma": 4}, "corrected", {"L0.H0.W_Q"}),  # k = 16: T = +-1/4 exactly
     ("index_lookup", {"N": 8}, "paper", {"E", "P", "L0.H0.W_Q"}),  # Cor 8.1: k = 13, 1/sqrt(13)
@@ -178,6 +181,7 @@ def test_f3_builds_features_of_different_sizes_and_refuses_two_gs_of_one_size(tm
 
 
 # -- G.2, nearest neighbour and MQAR ------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("task,N", [("nearest_neighbour", 4), ("mqar", 6)])
 def test_g2_paper_T_meets_the_stated_gram_bound(task, N):
     problem = verifier.build_problem(task, N=N, p=12, variant="paper")
@@ -230,6 +234,7 @@ def test_g2_sigma_is_applied_to_the_layer_2_output():
     assert not verifier.build_problem("nearest_neighbour", N=4, p=12, variant="corrected").model.layers[1].has_ffn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,N,published", [("nearest_neighbour", 4, "++ 1 +- 0 ++"),
                                               ("mqar", 6, "++ 1 +- 0 -+ 0 ++")])
 def test_g2_printed_with_its_scaling_is_proved_and_the_published_counterexamples_are_right(task, N, published):
@@ -256,6 +261,7 @@ def test_g2_literal_key_is_minus_2_3_on_labels():
         assert sum(w * Fraction(x) for w, x in zip(middle, z) if w) == (3 if q % 2 else Fraction(-23, 10))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,N", [("nearest_neighbour", 4), ("mqar", 6)])
 def test_g2_literal_changes_no_answer(task, N):
     from verifier.evaluator import make_evaluator
@@ -327,10 +333,11 @@ def test_model_files_keep_the_row_names(tmp_path):
             load_model(bad)
 
 
+@pytest.mark.slow
 def test_the_attention_figure_names_the_first_departure(tmp_path):
     pytest.importorskip("matplotlib")
-    from verifier.dump import departure_text
-    from verifier.plots import attention_figure
+    from verifier.outputs.dump import departure_text
+    from verifier.outputs.plots import attention_figure
     result = verifier.prove("equality", N=6, p=12, variant="paper", engine="exhaustive")
     doc = json.loads(write_dumps(result, tmp_path)[0].read_text())
     fig = attention_figure(doc)

@@ -8,7 +8,8 @@ import numpy as np
 
 import verifier
 from verifier.constructions import CONSTRUCTIONS
-from verifier.model import load_model, save_model, weights_sha256
+from verifier.modelfile import load_model, save_model
+from verifier.model import weights_sha256
 from verifier.tasks import make_task
 
 from helpers import edit_model_file
@@ -55,8 +56,8 @@ def test_the_weights_hash_changes_with_any_weight():
 
 
 def test_a_refutation_and_its_dumps_name_the_file_its_weights_and_the_codes_used(tmp_path):
-    from verifier.dump import write_dumps
-    from verifier.refute import random_model, refute
+    from verifier.outputs.dump import write_dumps
+    from verifier.refute.refute import random_model, refute
     task = make_task("equality", 8)
     path = save_model(random_model(task, 1, 2, "softmax", np.random.default_rng(1)), tmp_path / "eq.npz")
     problem = verifier.build_problem("equality", N=8, p=4, model=load_model(path))

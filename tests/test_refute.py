@@ -8,29 +8,23 @@ import json
 import numpy as np
 import pytest
 
-import cli
 import verifier
 from verifier.arithmetic import FixedPoint
-from verifier.certificate_check import check_certificate
-from verifier.certificates import Certificate, count_identity_holds, find_certificate, save
+from verifier.refute.certificate_check import check_certificate
+from verifier.refute.certificates import Certificate, count_identity_holds, find_certificate, save
 from verifier.constructions.blocks import Layout, ReluLayer, instructive
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import Evaluator
 from verifier.model import Head, Layer, Model, Readout
 from verifier import fooling
-from verifier.protocol import summaries
-from verifier.refute import random_model, refute
-from verifier.budget import Deadline
-from verifier.synthesis import certificate_lines, decide_certificate
+from verifier.refute.protocol import summaries
+from verifier.refute.refute import random_model, refute
+from verifier.support.budget import Deadline
+from verifier.refute.synthesis import certificate_lines, decide_certificate
 from verifier.tasks import make_task
 
+from helpers import run
 from training import Shape, train
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_really_wrong(task, refutation) -> None:
@@ -77,6 +71,7 @@ def test_a_tampered_certificate_is_rejected(tmp_path, edit, problem):
     assert problems and any(problem in p for p in problems), problems
 
 
+@pytest.mark.slow
 def test_no_certificate_where_the_theorem_does_not_apply(capsys):
     for name, N, opts in [("icqa", 1, dict(nq=3, na=3)), ("template_matching", 3, dict(substitutions=1)),
                           ("memorization", 2, {})]:
@@ -107,6 +102,7 @@ def test_one_layer_solves_icqa_with_one_pair():
 
 
 # -- refuting models ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_trained_icqa_model_is_refuted_by_a_certificate():
     task = make_task("icqa", 2, nq=3, na=3)
     model, accuracy = train(task, Shape("relu", 2))
@@ -116,6 +112,7 @@ def test_a_trained_icqa_model_is_refuted_by_a_certificate():
     assert_really_wrong(task, result)
 
 
+@pytest.mark.slow
 def test_a_trained_equality_model_is_refuted():
     task = make_task("equality", 6)
     model, accuracy = train(task, Shape("softmax", 1))
@@ -234,6 +231,7 @@ def test_a_low_precision_model_collides():
 
 
 # -- bounded synthesis -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_bounded_synthesis_finds_a_model_that_escapes_one_certificate():
     task = make_task("icqa", 2, nq=2, na=2)
     cert = find_certificate(task)

@@ -15,25 +15,18 @@ import numpy as np
 import pytest
 import z3
 
-import cli
 import verifier
 from verifier.arithmetic import FixedPoint
-from verifier.budget import Deadline, TimedOut
-from verifier.encoding import encode, threshold_code
+from verifier.support.budget import Deadline, TimedOut
+from verifier.smt.encoding import encode, threshold_code
 from verifier.engines.smt import Smt
-from verifier.errors import InputError, InternalError
+from verifier.support.errors import InputError, InternalError
 from verifier.evaluator import Evaluator
-from verifier.symbolic import SymFX
+from verifier.smt.symbolic import SymFX
 
-from helpers import edit_model_file
+from helpers import edit_model_file, run
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def export(capsys, tmp_path, name, *args) -> Path:
@@ -50,6 +43,7 @@ def verdict(capsys, *args, engine):
 
 
 # -- the three wrong proofs -----------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("N,theta,engines", [(24, 2 ** 29, ("auto", "smt", "smt-int")),
                                              (8, 1e300, ("smt", "smt-int", "exhaustive"))])
 def test_threshold_beyond_the_bit_vector_width_is_refuted(capsys, tmp_path, N, theta, engines):
@@ -150,6 +144,7 @@ def test_threshold_code_is_exact():
                 assert (code > c) == (Fraction(code, fx.one) > Fraction(theta)), (p, f, theta, code)
 
 
+@pytest.mark.slow
 def test_a_wrong_symbolic_proof_is_caught_by_the_sample_check(monkeypatch):
     """If the solver claimed UNSAT for a failing case, the sample check withdraws the proof."""
     problem = verifier.build_problem("idxl", N=6, p=12, sigma=64, eta=1.0)
@@ -205,6 +200,7 @@ def _signalled(args, sig, wait):
     return proc.returncode, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ("idxl", "--N", 16, "--p", 12, "--sigma", 3, "--engine", "exhaustive", "--workers", 2),  # a worker pool
     ("idxl", "--N", 6, "--p", 24, "--sigma", 64, "--engine", "smt"),  # inside a z3 solve
@@ -214,6 +210,7 @@ def test_sigterm_gives_unknown(args):
     assert code == 3 and "UNKNOWN" in out and "interrupted (SIGTERM)" in out
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_sweep_with_a_partial_table(tmp_path):
     out_file = tmp_path / "f.csv"
     code, out, _ = _signalled(("sweep", "idxl", "--N", "15..16", "--sigma", 3, "--p", "12..14", "--engine",
@@ -323,7 +320,7 @@ def test_a_signal_that_comes_during_a_finalizer_is_raised_after_it(monkeypatch):
     """Seen under load: SIGTERM arrived while z3 freed a term in AstRef.__del__; Python printed the
     KeyboardInterrupt and dropped it, and the run went on to its end.  The handler now raises nothing
     inside a finalizer and sends the signal again once it is over."""
-    from verifier import interrupts
+    from verifier.support import interrupts
     monkeypatch.setitem(interrupts._state, "requested", False)
     monkeypatch.setitem(interrupts._state, "cause", None)
     previous = signal.signal(signal.SIGTERM, interrupts._on_signal)

@@ -15,19 +15,15 @@ import pytest
 
 import cli
 import verifier
-from verifier.dump import first_departure
+from verifier.outputs.dump import first_departure
 from verifier.engines.base import Tick
-from verifier.progress import line
+from verifier.runs.progress import line
+
+from helpers import run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
                                       reason="matplotlib is not installed (pip install -e '.[plot]')")
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +53,7 @@ def test_first_departure_is_the_first_gap_beyond_one_step():
     assert first_departure(table, 4) is None
 
 
+@pytest.mark.slow
 def test_the_dump_has_the_departure_and_the_weights_the_run_used(files):
     doc = json.loads(files["dump"].read_text())
     f = doc["arithmetic"]["f"]
@@ -75,6 +72,7 @@ def test_the_dump_has_the_departure_and_the_weights_the_run_used(files):
 
 
 # -- the report -----------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dump", "verdict", "sweep"])
 def test_report_is_one_self_contained_page(capsys, tmp_path, files, kind):
     out = tmp_path / "r.html"
@@ -111,7 +109,7 @@ def test_the_report_of_a_dump_has_its_parameters_and_coverage(capsys, tmp_path, 
 
 
 def test_the_departure_is_marked_on_its_row_for_vectors_and_matrices():
-    from verifier.report import _trace
+    from verifier.outputs.report import _trace
     vector = {"x": {"values": [1.0, 2.0, 3.0], "real": [1.0, 2.0, 9.0]}}
     page = _trace(vector, first_departure(vector, 4))
     assert re.search(r'<tr class="departure" id="first-departure"><td>x</td>', page)
@@ -149,6 +147,7 @@ def _edit(place: tuple, value=None, delete: bool = False):
     return lambda doc: edit_document(doc, place, value, delete)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,edit,message", [
     ("verdict", _edit(("verdict",), []), 'verdict: expected one of "proved", "refuted", "unknown", got an array'),
     ("verdict", _edit(("task",), delete=True), "missing key 'task'"),
@@ -181,6 +180,7 @@ def test_report_and_plot_refuse_malformed_documents_with_one_line(capsys, tmp_pa
         assert not (tmp_path / name).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (Debian package chromium)")
 def test_report_renders_in_headless_chromium(capsys, tmp_path, files):
     out = tmp_path / "r.html"
@@ -202,6 +202,7 @@ def test_report_renders_in_headless_chromium(capsys, tmp_path, files):
 
 
 # -- figures -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @needs_matplotlib
 def test_sweep_plot_and_attention_plot(capsys, tmp_path, files):
     png = tmp_path / "f.png"
@@ -219,6 +220,7 @@ def test_sweep_plot_and_attention_plot(capsys, tmp_path, files):
     assert run(capsys, "plot", files["verdict"], "-o", tmp_path / "v.png")[0] == 2
 
 
+@pytest.mark.slow
 def test_figures_need_a_figure_format_and_matplotlib(capsys, tmp_path, files, monkeypatch):
     code, _, err = run(capsys, "sweep", "idxl", "--N", "2", "--p", "4", "--plot", tmp_path / "f.pdf")
     assert code == 2 and ".png or .svg" in err

@@ -10,20 +10,14 @@ import numpy as np
 import pytest
 
 import cli
-from verifier.model import META_SCHEMA
-from verifier.specs import spec_schema
+from verifier.modelfile import META_SCHEMA
+from verifier.runs.specs import spec_schema
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
 
-from helpers import edit_model_file
+from helpers import edit_model_file, run
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(capsys, *args):
-    code = cli.main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -104,6 +98,7 @@ MODEL_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,edit,message", MODEL_CASES, ids=[c[0] for c in MODEL_CASES])
 def test_model_files_are_read_strictly(capsys, tmp_path, idxl4, name, edit, message):
     path = edit_model_file(idxl4, tmp_path / "bad.npz", **edit)
@@ -178,6 +173,7 @@ SPEC_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text,message", SPEC_CASES)
 def test_specs_are_read_strictly(capsys, tmp_path, text, message):
     path = tmp_path / "s.toml"
@@ -203,7 +199,7 @@ def test_schema_command_prints_valid_schemas(capsys, name, schema):
 
 
 def test_every_file_the_project_writes_or_ships_passes_its_schema(capsys, tmp_path, idxl4):
-    from verifier.schema import validate
+    from verifier.support.schema import validate
     import tomllib
     for spec in sorted((ROOT / "specs").glob("*.toml")):
         validate(tomllib.loads(spec.read_text()), spec_schema(), str(spec))

@@ -11,9 +11,10 @@ import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES, Problem, RunOptions
-from verifier.errors import InputError
+from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator
-from verifier.model import Readout, Recurrent, load_model, save_model
+from verifier.model import Readout, Recurrent
+from verifier.modelfile import load_model, save_model
 from verifier.tasks import make_task
 
 from helpers import perturbed_dyck_rnn, random_model
@@ -54,6 +55,7 @@ def test_induction_heads_answers_match_the_definition(sigma, N):
         assert task.answer(x).tolist() == brute_induction(list(x[1:]), task.bot)
 
 
+@pytest.mark.slow
 def test_dyck22_answers_match_the_definition():
     task = make_task("dyck22", N=6)
     for x in every_input(task):
@@ -79,6 +81,7 @@ def test_composition_answers_match_the_definition(opts):
 
 
 # -- the constructions ------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("task,opts,engine", [
     ("induction_heads", dict(N=5, sigma=3, p=16, f=4), "exhaustive"),
     ("induction_heads", dict(N=4, sigma=3, p=16, f=4), "smt"),
@@ -94,6 +97,7 @@ def test_constructions_are_proved(task, opts, engine):
     assert r.covered == r.total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,opts,engine", [
     ("induction_heads", dict(N=6, sigma=3, p=16, f=4, eta=0.5), "exhaustive"),  # beta below ln 3
     ("induction_heads", dict(N=6, sigma=3, p=16, f=4, eta=0.5), "smt"),
@@ -137,6 +141,7 @@ def test_the_printed_sht_spacing_confuses_a_mismatch_with_the_start_token():
     assert exact.cause(problem, first.tokens).kind == "exact"  # not a rounding artefact
 
 
+@pytest.mark.slow
 def test_recurrent_dyck_model_is_proved_for_every_length_at_constant_size():
     sizes = set()
     for N in (4, 64, 512):
@@ -162,6 +167,7 @@ def test_exhaustive_and_smt_agree_on_random_per_position_models():
     assert "refuted" in verdicts
 
 
+@pytest.mark.slow
 def test_reach_smt_and_exhaustive_agree_on_perturbed_recurrent_models():
     task = make_task("dyck22", N=5)
     rng = np.random.default_rng(5)
@@ -198,6 +204,7 @@ def test_recurrent_evaluator_matches_a_per_step_reference(overflow):
             assert bool(out.ovf[b]) == (ovf and overflow == "error")
 
 
+@pytest.mark.slow
 def test_per_position_readout_matches_the_reference():
     rng = np.random.default_rng(11)
     for trial in range(8):
@@ -240,7 +247,7 @@ def test_engines_that_cannot_decide_say_why():
 
 
 def test_a_sweep_with_fixed_integer_bits_measures_fraction_bits():
-    from verifier.sweep import frontier
+    from verifier.runs.sweep import frontier
     fr = frontier("dyck22", [4], [8, 9, 10, 11], int_bits=7)
     assert fr.arithmetic["f"] == "f = p - 7"
     row = fr.rows[0]
@@ -260,7 +267,7 @@ def test_the_errata_row_of_the_sht_spacing_runs_at_its_own_precision(tmp_path):
 
 
 def test_refute_takes_a_recurrent_model_by_state_collision_and_not_by_dependent_sets():
-    from verifier.refute import dependent_scope, protocol_scope, refute
+    from verifier.refute.refute import dependent_scope, protocol_scope, refute
     rnn = CONSTRUCTIONS["dyck22"].build(make_task("dyck22", N=4), "recurrent")
     out = refute(verifier.build_problem("dyck22", N=4, p=2, f=1, model=rnn))
     assert out.verdict == "refuted" and out.method == "protocol" and out.model["recurrent"] == 29

@@ -2,7 +2,7 @@
 items 10 and 13).
 
 Every task and every built-in construction states its cost from its sizes, in closed form
-(`verifier.sizes.Cost`); a command whose size cannot fit this machine, or exceeds a documented
+(`verifier.support.sizes.Cost`); a command whose size cannot fit this machine, or exceeds a documented
 limit, exits 2 with one line before its builder runs.  No test here allocates: the sizes refused
 are refused from closed forms, on a machine patched to have 16 GiB available, and the builders are
 replaced by ones that fail the test if they are ever called.
@@ -18,8 +18,8 @@ import pytest
 
 import cli
 from verifier.constructions import CONSTRUCTIONS
-from verifier.errors import InputError
-from verifier.sizes import MAX_TOKENS
+from verifier.support.errors import InputError
+from verifier.support.sizes import MAX_TOKENS
 from verifier.tasks import TASKS, make_task
 
 GiB = 2 ** 30
@@ -30,7 +30,7 @@ SIZES = {"icqa": (2, 3), "ictm": (1, 2), "memorization": (2, 3), "template_match
 @pytest.fixture(autouse=True)
 def machine(monkeypatch):
     """This machine, whatever it has, has 16 GiB available."""
-    monkeypatch.setattr("verifier.budget.available_memory", lambda: 16 * GiB)
+    monkeypatch.setattr("verifier.support.budget.available_memory", lambda: 16 * GiB)
 
 
 def run(*args) -> tuple[int, str, str]:
@@ -58,6 +58,7 @@ class Boom:
         return never
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,message", [
     (("idxl", "--N", 100000, "--p", 16), "index_lookup at N=100000, sigma=2 has 100,002 tokens; the verifier takes "
                                           "at most 65,536"),
@@ -76,7 +77,7 @@ def test_the_sizes_of_the_issue_are_refused_before_anything_is_built(no_builders
 
 
 def test_a_sweep_counts_its_runs_before_the_first(monkeypatch):
-    monkeypatch.setattr("verifier.sweep.build_problem", never)
+    monkeypatch.setattr("verifier.runs.sweep.build_problem", never)
     code, out, err = run("sweep", "idxl", "--N", "1..10000", "--p", "2..20", "--no-cache", "--scheduler", "serial")
     assert code == 2 and out == "" and "10,000 values of N and 19 of p, 190,000 runs; at most 10,000" in err, err
 
@@ -96,7 +97,7 @@ def test_a_sweeps_output_paths_are_checked_before_the_first_run(monkeypatch, tmp
 
 
 def test_a_random_model_states_its_size_before_a_weight_is_drawn():
-    from verifier.refute import random_model
+    from verifier.refute.refute import random_model
     task = make_task("idxl", N=3)
     with pytest.raises(InputError, match="a random model of 40 heads of width 2000 needs about"):
         random_model(task, 40, 2000, "relu", Boom())
@@ -115,7 +116,7 @@ def test_every_task_states_its_cost_before_its_tables(monkeypatch, name):
     task = make_task(name, N=N)
     cost = task.cost()
     assert cost.tokens == len(task.vocab) and cost.memory > 0 and cost.what.startswith(name)
-    monkeypatch.setattr("verifier.budget.available_memory", lambda: 0)  # nothing fits: the cost refuses first
+    monkeypatch.setattr("verifier.support.budget.available_memory", lambda: 0)  # nothing fits: the cost refuses first
     monkeypatch.setattr("verifier.tasks.product.ProductTask._layout", never)
     with pytest.raises(InputError, match="needs about"):
         make_task(name, N=N)
@@ -128,6 +129,7 @@ def _variants():
             yield name, variant
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,variant", list(_variants()))
 def test_every_construction_states_its_cost_before_it_builds(monkeypatch, name, variant):
     construction = CONSTRUCTIONS[name]
@@ -140,7 +142,7 @@ def test_every_construction_states_its_cost_before_it_builds(monkeypatch, name, 
         cost = construction.cost(task, variant, None)
         # the estimate may be coarse, but not much below what is built: a refusal must not be late
         assert model.n_params() <= 2 * cost.parameters, (N, model.n_params(), cost.parameters)
-    monkeypatch.setattr("verifier.budget.available_memory", lambda: 1024)
+    monkeypatch.setattr("verifier.support.budget.available_memory", lambda: 1024)
     with pytest.raises(InputError, match="needs about"):
         dataclasses.replace(construction, builder=never).build(task, variant, kc=1.0)
 

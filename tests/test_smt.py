@@ -18,20 +18,23 @@ def test_verdicts_through_the_api_agree():
             assert b.min_margin == a.min_margin, kw
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [dict(p=5), dict(p=12, eta=1.0), dict(p=12, k=2)])
 def test_weakened_sigma64_refuted_by_smt(kw):
     result = verifier.prove("idxl", N=8, sigma=64, engine="smt", **kw)
     assert result.verdict == "refuted" and result.counterexamples
     cex = result.counterexamples[0]
-    assert cex.trace and cex.expected != cex.produced  # replayed in verifier.api before it came back
+    assert cex.trace and cex.expected != cex.produced  # replayed in verifier.runs.api before it came back
 
 
+@pytest.mark.slow
 def test_sigma64_proved_by_smt():
     result = verifier.prove("idxl", N=10, p=12, sigma=64, engine="smt")
     assert result.verdict == "proved" and result.covered == result.total == IndexLookup(10, 64).total
     assert result.min_margin == 1.0 and result.tightest is not None
 
 
+@pytest.mark.slow
 def test_timeout_names_the_unfinished_case():
     result = verifier.prove("idxl", N=6, p=24, sigma=64, engine="smt", timeout=2)
     assert result.verdict == "unknown" and result.engine_stats["unfinished_case"]
@@ -50,6 +53,7 @@ def test_auto_picks_by_a_cost_model_and_says_why():
     assert engine.name == "exhaustive"
 
 
+@pytest.mark.slow
 def test_solver_memory_is_a_peak_not_a_sum_over_solves():
     import resource
     r = verifier.prove("idxl", N=8, p=12, sigma=64, eta=1.0, engine="smt")
@@ -58,13 +62,14 @@ def test_solver_memory_is_a_peak_not_a_sum_over_solves():
     assert 0 < r.engine_stats["max memory"] <= peak_mb  # z3's memory is part of this process's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["bitwuzla", pytest.param("cvc5", marks=pytest.mark.slow), "portfolio"])
 def test_other_solvers_decide_the_battery_formulas_as_enumeration_does(solver):
     """Each case's SMT-LIB text, decided by another solver (or the portfolio): sat exactly where
     enumeration finds a failing input of the case, and its model a failing input."""
     from battery import battery_problem
-    from verifier import solvers
-    from verifier.encoding import encode
+    from verifier.smt import solvers
+    from verifier.smt.encoding import encode
     from verifier.engines.exhaustive import Exhaustive
     from verifier.evaluator import make_evaluator
     if solver != "portfolio":
@@ -95,6 +100,7 @@ def test_other_solvers_decide_the_battery_formulas_as_enumeration_does(solver):
     assert decided >= 3
 
 
+@pytest.mark.slow
 def test_smtlib_export_writes_every_solver_case_and_never_overwrites(tmp_path):
     out = tmp_path / "cases"
     r = verifier.prove("idxl", N=5, p=12, sigma=16, eta=1.0, engine="smt", smtlib=str(out))

@@ -14,7 +14,7 @@ import verifier
 from cli import main
 from verifier.constructions import CONSTRUCTIONS
 from verifier.errata import CLAIMS, run_errata, to_markdown
-from verifier.errors import InputError, UnbuildableError
+from verifier.support.errors import InputError, UnbuildableError
 from verifier.tasks import make_task
 
 
@@ -70,6 +70,7 @@ def brute_nearest(codebook, xs, ys, gamma):
     return ys[j]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dim,gamma", [(2, None), (2, 0.5), (3, None), (3, 4 / 3)])
 def test_nearest_neighbour_margin_filter(dim, gamma):
     task = make_task("nearest_neighbour", 4, dim=dim, gamma=gamma)
@@ -91,6 +92,7 @@ def test_nearest_neighbour_margin_filter(dim, gamma):
     assert d["valid"] + d["dropped"] == d["sequences"] == task.total and d["dropped"] > 0
 
 
+@pytest.mark.slow
 def test_mqar_inputs_are_permutations():
     task = make_task("mqar", 6)
     inputs = all_inputs(task)
@@ -110,6 +112,7 @@ def test_mqar_inputs_are_permutations():
 ARITHMETICS = [dict(rounding="floor"), dict(rounding="nearest", accumulate="wide"), dict(rounding="zero")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arith", ARITHMETICS)
 @pytest.mark.parametrize("task,N,opts", [("equality", 8, {}), ("disjointness", 8, {}),
                                          ("sparse_threshold", 6, {}), ("sparse_threshold", 6, {"s": 3}),
@@ -120,6 +123,7 @@ def test_corrected_variants_are_proved(task, N, opts, arith):
     assert result.params["variant"] == "corrected" and result.covered == result.total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,N,opts", [("equality", 12, {}), ("disjointness", 16, {}),
                                          ("sparse_threshold", 8, {"shared_g": True}), ("sparse_threshold", 8, {})])
 def test_smt_agrees_with_enumeration(task, N, opts):
@@ -131,6 +135,7 @@ def test_smt_agrees_with_enumeration(task, N, opts):
             assert a.verdict == b.verdict, (task, variant, p)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,N,engine,variant", [("equality", 6, "exhaustive", "paper"),
                                                    ("equality", 12, "smt", "paper"),
                                                    ("nearest_neighbour", 4, "exhaustive", "unscaled"),
@@ -162,6 +167,7 @@ def test_unbuildable_variants_are_clear_errors(capsys):
         assert len(err.splitlines()) == 1 and err.startswith("verify")
 
 
+@pytest.mark.slow
 def test_paper_eta_follows_the_precision():
     low = verifier.build_problem("equality", N=16, p=8, variant="paper").model.info["eta"]
     high = verifier.build_problem("equality", N=16, p=20, variant="paper").model.info["eta"]

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from verifier.budget import Deadline
-from verifier.errors import InputError
-from verifier.model import save_model
+from verifier.support.budget import Deadline
+from verifier.support.errors import InputError
+from verifier.modelfile import save_model
 from verifier.tasks import make_task
-from verifier.usercode import NotFinished, call, time_limit
+from verifier.support.usercode import NotFinished, call, time_limit
 
 from helpers import random_model
 
@@ -62,6 +62,7 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", list(HOSTILE))
 def test_a_reference_function_cannot_exit_for_verify(tmp_path, model_file, what):
     (tmp_path / "ref.py").write_text(HOSTILE[what])
@@ -89,6 +90,7 @@ def gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"  # a zombie runs nothing
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_timeout_bounds_a_reference_function_that_never_returns(tmp_path, model_file, command):
     """Past --timeout the function's process is killed, and the verdict is unknown: nothing was checked."""
@@ -103,6 +105,7 @@ def test_timeout_bounds_a_reference_function_that_never_returns(tmp_path, model_
     assert gone(int((tmp_path / "pid").read_text()))
 
 
+@pytest.mark.slow
 def test_call_kills_the_child_at_the_deadline_and_passes_our_errors_through():
     with time_limit(Deadline(1)), pytest.raises(NotFinished, match="did not finish within the 1 s timeout"):
         call(time.sleep, (600,), "sleep")
@@ -128,6 +131,7 @@ TRACR = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", list(TRACR))
 def test_a_tracr_program_cannot_exit_hang_or_print_a_traceback(tmp_path, what):
     pytest.importorskip("tracr")

@@ -75,7 +75,7 @@ def _cell(text: str) -> str:
 
 def sweep_table(path: str) -> str:
     """The markdown table of a saved sweep, as `verify sweep` prints it."""
-    from verifier.sweep import Frontier, FrontierRow
+    from verifier.runs.sweep import Frontier, FrontierRow
 
     data = json.loads((ROOT / path).read_text())
     rows = [FrontierRow(**{**r, "verdicts": {int(p): v for p, v in r["verdicts"].items()}}) for r in data["rows"]]

@@ -8,12 +8,13 @@
     'proved'
 """
 
-from .api import Traced, build_problem, check_compatible, explain, prove, replay, run
+from .runs.api import Traced, build_problem, check_compatible, explain, prove, replay, run
 from .arithmetic import Fixed, FixedPoint, Grid, Real, make_format
-from .count import ErrorCount, count_errors
-from .errors import InputError, InternalError
+from .refute.count import ErrorCount, count_errors
+from .support.errors import InputError, InternalError
 from .evaluator import Evaluator, reference, trace
-from .model import Head, Layer, Model, Readout, load_model, save_model
+from .model import Head, Layer, Model, Readout
+from .modelfile import load_model, save_model
 from .result import Counterexample, Result
 
 __all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "Fixed", "FixedPoint", "Grid", "Real",

@@ -36,8 +36,8 @@ from typing import Callable, Optional
 import mpmath
 import numpy as np
 
-from .budget import require_memory
-from .errors import InputError
+from .support.budget import require_memory
+from .support.errors import InputError
 
 ROUNDINGS = ("floor", "nearest", "zero")
 ATTENTION_KINDS = ("softmax", "relu")

@@ -33,10 +33,10 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import exact
-from .api import build_problem, run
-from .dump import write_dumps
-from .errors import InputError, InternalError, UnbuildableError
-from .papers import BHATTAMISHRA_2024, CHEN_ZOU_2024, SANFORD_HSU_TELGARSKY_2024B, Paper
+from .runs.api import build_problem, run
+from .outputs.dump import write_dumps
+from .support.errors import InputError, InternalError, UnbuildableError
+from .support.papers import BHATTAMISHRA_2024, CHEN_ZOU_2024, SANFORD_HSU_TELGARSKY_2024B, Paper
 from .tasks import flag
 from .verdicts import Verdict
 

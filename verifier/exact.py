@@ -650,15 +650,14 @@ class Cause:
 def cause(problem, tokens, max_prec: int = MAX_PREC) -> Cause:
     """Label an input of `problem` by why it fails in the problem's FX arithmetic: decided in
     exact arithmetic here; whether FX fails it, and where its values saturated, from the FX
-    evaluator's trace (`api.explain`)."""
-    from .api import explain  # the FX side, only to judge the input and read its saturations
-    from .evaluator import make_evaluator
+    evaluator's trace (`evaluator.trace`, the generic path, as `api.replay` judges a counterexample)."""
+    from .evaluator import make_evaluator, trace  # the FX side, only to judge the input and read its saturations
     tokens = np.asarray(tokens, dtype=np.int64)
     o = check(problem, tokens, max_prec)
     quantized = make_evaluator(problem.model, problem.arith, tables=False)
-    t = explain(problem, tokens, quantized)
-    sat = list(t.out.saturated_at)
-    if not quantized.judge(t.out, np.array([t.truth])).failed[0]:
+    out, _ = trace(quantized, tokens)
+    sat = list(out.saturated_at)
+    if not quantized.judge(out, np.array([problem.task.answer(tokens)])).failed[0]:
         return Cause("none", o, sat)
     kind = {"wrong": "exact", "undecided": "undecided"}.get(o.verdict) or ("saturation" if sat else "rounding")
     return Cause(kind, o, sat)

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Fixed
-from .budget import Deadline, require_memory
+from .support.budget import Deadline, require_memory
 
 _EXACT_FLOAT = 1 << 53  # integers below this are exact in float64, and so are their sums
 _CHUNK = 1 << 22  # elements of the largest temporary of a direct (non-matrix) product

@@ -48,7 +48,7 @@ def state_dict() -> dict[str, np.ndarray]:
 
 
 if __name__ == "__main__":
-    from verifier.errors import InputError
+    from verifier.support.errors import InputError
     from verifier.importers.safetensors import write_safetensors
     if len(sys.argv) != 2:
         print(f"usage: {sys.argv[0]} FILE.safetensors", file=sys.stderr)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from verifier.importers.tracr import compile_program
-from verifier.sweep import format_frontier, frontier
+from verifier.runs.sweep import format_frontier, frontier
 
 PROGRAMS = [  # (program, vocab, max-len)
     ("lib:make_length", "a,b,c", 4),

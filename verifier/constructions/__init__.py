@@ -3,7 +3,7 @@
 A builder takes the task (its size parameters), the variant and the construction options:
 ``builder(task, variant=..., k=..., eta=..., seed=..., kc=...)``.  Before it runs, the
 construction states its size from the same parameters, in closed form (``cost(task, variant, k)``:
-the model's width d and rows, the tables it draws, their memory; `verifier.sizes.Cost`), and a size
+the model's width d and rows, the tables it draws, their memory; `verifier.support.sizes.Cost`), and a size
 that cannot fit is refused there, with nothing built.  ``kc`` is the arithmetic's
 Kc at the task's N (`Fixed.kc`): Bhattamishra et al.'s printed scales depend on the precision
 through Kc, whose grid has step N^-Kc (Appendix B.2): for FX(p, f), Kc = f / log2 N; for the B.2
@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..errors import InputError, UnbuildableError
+from ..support.errors import InputError, UnbuildableError
 from ..model import Model
-from ..sizes import Cost
-from . import composition, dyck, equality, icqa, ictm, index_lookup, induction_heads, memorization, nearest_neighbour, sparse_threshold, templates
+from ..support.sizes import Cost
+from . import (composition, dyck, equality, icqa, ictm, index_lookup, induction_heads, memorization, nearest_neighbour,
+    sparse_threshold, templates)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,10 @@ import math
 
 import numpy as np
 
-from ..errors import InputError
+from ..support.errors import InputError
 from ..model import Head, Layer, Model, Readout
-from ..papers import CHEN_PENG_WU_2024
-from ..sizes import Cost, model_cost
+from ..support.papers import CHEN_PENG_WU_2024
+from ..support.sizes import Cost, model_cost
 from .blocks import Layout, matrix
 
 THEOREM = CHEN_PENG_WU_2024.cite("Corollary 1.2 (L + 1 layers suffice)")

@@ -41,8 +41,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Head, Layer, Model, Readout, Recurrent
-from ..papers import BHATTAMISHRA_2024
-from ..sizes import Cost, model_cost
+from ..support.papers import BHATTAMISHRA_2024
+from ..support.sizes import Cost, model_cost
 from ..tasks.sequences import DYCK22_ALPHABET, DYCK22_DFA, DYCK22_STATES
 from .blocks import Layout, matrix, relu_units
 from .induction_heads import GAMMA, previous_token_head, snap

@@ -71,8 +71,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Model, Readout
-from ..papers import CHEN_ZOU_2024
-from ..sizes import Cost, model_cost
+from ..support.papers import CHEN_ZOU_2024
+from ..support.sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, constrained, instructive
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 6, Appendix 15")

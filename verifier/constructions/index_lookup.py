@@ -49,10 +49,10 @@ import math
 
 import numpy as np
 
-from ..errors import InputError
+from ..support.errors import InputError
 from ..model import Head, Layer, Model, Readout, exact_array
-from ..papers import BHATTAMISHRA_2024
-from ..sizes import Cost, model_cost
+from ..support.papers import BHATTAMISHRA_2024
+from ..support.sizes import Cost, model_cost
 from ..tasks.index_lookup import symbol_names
 from .blocks import Layout, matrix, relu_units
 from .sign_vectors import corollary_81, sign_vectors, vectors_cost, width

@@ -60,10 +60,10 @@ import math
 
 import numpy as np
 
-from ..errors import InputError
+from ..support.errors import InputError
 from ..model import Head, Layer, Model, Readout
-from ..papers import SANFORD_HSU_TELGARSKY_2024, SANFORD_HSU_TELGARSKY_2024B
-from ..sizes import Cost, model_cost
+from ..support.papers import SANFORD_HSU_TELGARSKY_2024, SANFORD_HSU_TELGARSKY_2024B
+from ..support.sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units
 
 THEOREM = SANFORD_HSU_TELGARSKY_2024.cite("Section 1 (two layers suffice)")

@@ -35,8 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Model, Readout
-from ..papers import CHEN_ZOU_2024
-from ..sizes import Cost, model_cost
+from ..support.papers import CHEN_ZOU_2024
+from ..support.sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 1, Lemmas 3 and 4")

@@ -67,8 +67,8 @@ from fractions import Fraction
 import numpy as np
 
 from ..model import Head, Layer, Model, Readout, exact_array
-from ..papers import BHATTAMISHRA_2024
-from ..sizes import Cost, model_cost
+from ..support.papers import BHATTAMISHRA_2024
+from ..support.sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units
 from .sign_vectors import corollary_81, sign_vectors, vectors_cost, width
 

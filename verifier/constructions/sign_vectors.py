@@ -18,9 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..budget import require_memory
+from ..support.budget import require_memory
 from ..model import exact_array
-from ..sizes import Cost
+from ..support.sizes import Cost
 
 _TRIES = 100
 

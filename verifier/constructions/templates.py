@@ -67,8 +67,8 @@ import numpy as np
 
 from .. import exact
 from ..model import Model, Readout
-from ..papers import CHEN_ZOU_2024
-from ..sizes import Cost, model_cost
+from ..support.papers import CHEN_ZOU_2024
+from ..support.sizes import Cost, model_cost
 from .blocks import Layout, ReluLayer, instructive, lemma3_classifier
 
 THEOREM = CHEN_ZOU_2024.cite("Theorem 5, Appendix 14.2")

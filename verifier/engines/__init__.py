@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from ..budget import TimedOut, TooLarge
-from ..errors import InputError
+from ..support.budget import TimedOut, TooLarge
+from ..support.errors import InputError
 from ..result import count_text
 from ..verdicts import Status
 from .base import Engine, EngineResult, Found, Problem, RunOptions, Tick

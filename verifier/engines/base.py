@@ -1,7 +1,7 @@
 """The engine interface: every engine takes a `Problem` and `RunOptions`, returns an `EngineResult`.
 
 Engines only search; the verdict, the replay of every counterexample and the report are made in
-one place (`verifier.api`), whatever the engine.
+one place (`verifier.runs.api`), whatever the engine.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..budget import Deadline
+from ..support.budget import Deadline
 from ..evaluator import Judged, make_evaluator
 from ..model import Model, Recurrent
 from ..tasks import Task
@@ -51,8 +51,8 @@ class RunOptions:
     stop: Optional[int] = None
     workers: Optional[int] = None  # None: both cores for large spaces
     progress: Optional[Callable[["Tick"], None]] = None
-    cluster: Optional[Any] = None  # a `verifier.cluster.Cluster`: exhaustive chunks run as its tasks
-    solver: str = "z3"  # the SMT engine's solver: z3, bitwuzla, cvc5 or portfolio (`verifier.solvers`)
+    cluster: Optional[Any] = None  # a `verifier.runs.cluster.Cluster`: exhaustive chunks run as its tasks
+    solver: str = "z3"  # the SMT engine's solver: z3, bitwuzla, cvc5 or portfolio (`verifier.smt.solvers`)
     smtlib: Optional[str] = None  # a directory: the SMT engine writes each solver case there as SMT-LIB 2
 
     def size(self, total: int) -> int:

@@ -47,8 +47,8 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
-from ..errors import InternalError
+from ..support.budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
+from ..support.errors import InternalError
 from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
 from ..model import Model, Recurrent

@@ -2,7 +2,7 @@
 
 Inputs go in chunks (a range of the enumeration) through the batched FX evaluator.  Chunks are
 handed to worker processes (fork; both cores for large spaces), or to the workers of a Dask cluster
-(`verifier.cluster`, which is sent the problem once), with a bounded number in flight,
+(`verifier.runs.cluster`, which is sent the problem once), with a bounded number in flight,
 so memory stays bounded whatever the input count, and results are taken in order, so that the
 first counterexample reported is the first in enumeration order and ``covered`` is always a
 prefix: a run that was stopped can be resumed from ``start = covered``.  The deadline is polled
@@ -22,8 +22,8 @@ from typing import Optional
 
 import numpy as np
 
-from .. import interrupts
-from ..budget import Deadline, TimedOut, shielded
+from ..support import interrupts
+from ..support.budget import Deadline, TimedOut, shielded
 from ..evaluator import make_evaluator
 from ..tasks.base import Checked
 from ..verdicts import Status

@@ -17,7 +17,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..budget import TimedOut
+from ..support.budget import TimedOut
 from ..evaluator import RecurrentEvaluator, make_evaluator
 from ..model import Recurrent
 from ..verdicts import Status

@@ -5,7 +5,7 @@ For each case split of the task (an input length and a query token), `encoding.e
 constant or to a table over one token is decided there and then, exactly; the rest goes to z3.
 UNSAT proves every input of the case; a model is decoded into a concrete input, evaluated by the
 batched evaluator (a disagreement is an InternalError, never a verdict) and returned, to be
-replayed once more by `verifier.api`.  Cases run in enumeration order, so ``covered`` (the
+replayed once more by `verifier.runs.api`.  Cases run in enumeration order, so ``covered`` (the
 inputs of the cases decided) is a prefix.
 """
 
@@ -18,10 +18,11 @@ from typing import Optional
 import numpy as np
 import z3
 
-from ..budget import Deadline, TimedOut
-from ..encoding import encode
-from .. import interrupts, solvers
-from ..errors import InputError, InternalError
+from ..support.budget import Deadline, TimedOut
+from ..smt.encoding import encode
+from ..support import interrupts
+from ..smt import solvers
+from ..support.errors import InputError, InternalError
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from ..tasks.base import case_splits
 from ..verdicts import Status
@@ -29,6 +30,7 @@ from .base import EngineResult, Found, Problem, RunOptions, Tick
 
 STAT_KEYS = ("conflicts", "decisions", "propagations", "sat conflicts", "sat decisions")  # summed over solves
 PEAKS = ("max memory",)  # z3's peak memory in MB: the largest over the solves
+DECIDED = ("table", "sat", "unsat")  # how `solve_case` decides a case; anything else leaves it undecided
 
 
 def fresh_context() -> None:
@@ -90,22 +92,19 @@ class Smt:
                     if result.min_margin is None or margins[i] < result.min_margin:
                         result.min_margin = float(margins[i])
                         result.tightest = task.index_of(self._input_at(enc, i, var))
-                if enc.fail.expr is None:
-                    stats["decided_by_evaluation"] += 1
-                    inputs = self._from_table(enc, want)
-                else:
-                    stats["decided_by_solver"] += 1
-                    ts = time.monotonic()
-                    inputs, status = self._solve(enc, want, opts.deadline, totals, opts.solver,
-                                                 self._export(opts, stats["cases"], case.name, enc))
-                    stats["solver_seconds"] += time.monotonic() - ts
-                    if status != "sat" and status != "unsat":  # out of time, or z3 gave up
-                        result.status = Status.TIMEOUT if status == "timeout" else Status.INCOMPLETE
-                        stats["unfinished_case"] = case.name
-                        stats["solver_reason"] = status
-                        result.found.extend(self._found(ev, task, enc, inputs))
-                        break
+                by_solver = enc.fail.expr is not None
+                stats["decided_by_solver" if by_solver else "decided_by_evaluation"] += 1
+                ts = time.monotonic()
+                inputs, status = self.solve_case(enc, want, opts.deadline, opts.solver, totals,
+                                                 self._export(opts, stats["cases"], case.name, enc) if by_solver
+                                                 else None)
+                stats["solver_seconds"] += (time.monotonic() - ts) if by_solver else 0.0
                 result.found.extend(self._found(ev, task, enc, inputs))
+                if status not in DECIDED:  # out of time, or z3 gave up
+                    result.status = Status.TIMEOUT if status == "timeout" else Status.INCOMPLETE
+                    stats["unfinished_case"] = case.name
+                    stats["solver_reason"] = status
+                    break
                 if len(result.found) >= opts.max_counterexamples:
                     break
                 result.covered += case.count
@@ -162,6 +161,19 @@ class Smt:
     @staticmethod
     def _assertions(enc) -> list:
         return [*enc.sfx.domain_constraints(), enc.fail.expr]
+
+    @classmethod
+    def solve_case(cls, enc, want: int, deadline: Deadline, solver: str = "z3", totals: Optional[dict] = None,
+                   text: Optional[str] = None) -> tuple[list[list[int]], str]:
+        """Up to `want` failing inputs of one encoded case (`smt.encoding.encode`, in enumeration order
+        when a table decides it), and how the case was decided: "table" (partial evaluation left a
+        constant or a table over one token), "unsat" (no more) or "sat" (`want` found) from the
+        solver, else "timeout" or the solver's reason for answering unknown.  `totals` collects the
+        solver's statistics; `text` is the case's SMT-LIB 2, for a solver other than z3.  `run`
+        decides every case with it; the differential battery (tests/battery.py) one case at a time."""
+        if enc.fail.expr is None:
+            return cls._from_table(enc, want), "table"
+        return cls._solve(enc, want, deadline, {} if totals is None else totals, solver, text)
 
     @classmethod
     def _solve(cls, enc, want: int, deadline: Deadline, totals: dict, solver_name: str = "z3",

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..budget import require_memory
-from ..errors import InputError
-from ..files import new_file
-from ..schema import parse_json, regular_file, zip_members
+from ..support.budget import require_memory
+from ..support.errors import InputError
+from ..support.files import new_file
+from ..support.schema import parse_json, regular_file, zip_members
 
 MAX_HEADER = 100 << 20
 DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",

@@ -33,8 +33,8 @@ from typing import Optional
 
 import numpy as np
 
-from .. import usercode
-from ..errors import InputError, InternalError
+from ..support import usercode
+from ..support.errors import InputError, InternalError
 from ..evaluator import reference
 from ..model import Head, Layer, Model, Readout
 from ..tasks.base import split_path
@@ -100,7 +100,7 @@ def compile_program(spec: str, vocab: list[str], max_len: int, *, causal: bool =
     convert it (module docstring).
 
     The program is the user's code, and JAX's threads must not be in a process that forks (the
-    engines fork their workers): both run in a child process (`verifier.usercode.call`), which the
+    engines fork their workers): both run in a child process (`verifier.support.usercode.call`), which the
     program can neither end nor stall past the deadline of `usercode.time_limit`."""
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise InputError(f"--max-len must be an integer >= 1, got {max_len!r}")

@@ -38,7 +38,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError, InternalError
+from ..support.errors import InputError, InternalError
 from ..evaluator import read_from, reference
 from ..model import Head, Layer, Model, Readout
 from .safetensors import read_tensors

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..support.errors import InputError
 from .base import Batch, Case, Task, TaskOption, Vocabulary, flag
 from .composition import Composition
 from .boolean import Disjointness, Equality, SparseThreshold

@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar, Iterator, Optional, Protocol
 
 import numpy as np
 
-from ..errors import InputError, InternalError
+from ..support.errors import InputError, InternalError
 
 NO_ANSWER = -1  # a per-position answer that is not required: that position is not judged
 

@@ -19,9 +19,9 @@ from typing import ClassVar, Optional
 
 import numpy as np
 
-from ..errors import InputError
-from ..schema import load_json_file
-from ..sizes import Cost
+from ..support.errors import InputError
+from ..support.schema import load_json_file
+from ..support.sizes import Cost
 from .base import TaskOption
 from .product import ProductTask
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, overload
 
 import numpy as np
 
-from ..errors import InputError
+from ..support.errors import InputError
 from .base import Batch, Case, Checked, Domains, Vocabulary
 
 

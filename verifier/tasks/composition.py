@@ -25,8 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
-from ..sizes import MAX_TOKENS, Cost
+from ..support.errors import InputError
+from ..support.sizes import MAX_TOKENS, Cost
 from .base import Domains, TaskOption
 from .product import ProductTask, product_size
 

@@ -29,8 +29,8 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..errors import InputError
-from ..sizes import Cost
+from ..support.errors import InputError
+from ..support.sizes import Cost
 from .base import Batch, Case, TaskOption, Vocabulary, token_answers
 from .combinatorics import arrangement_index, arrangements, distinct_rows, falling, template_name
 from .index_lookup import symbol_names

@@ -16,8 +16,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import InputError
-from ..sizes import Cost
+from ..support.errors import InputError
+from ..support.sizes import Cost
 from .base import Batch, Case, Domains, TaskOption, Vocabulary, token_answers
 
 _INT64_LIMIT = 1 << 62

@@ -20,9 +20,9 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..errors import InputError
-from ..schema import TEXT_LIMIT, load_json_file
-from ..sizes import Cost
+from ..support.errors import InputError
+from ..support.schema import TEXT_LIMIT, load_json_file
+from ..support.sizes import Cost
 from .base import DATASET_HELP, Batch, TaskOption, Vocabulary
 from .index_lookup import symbol_names
 

@@ -27,8 +27,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
-from ..sizes import Cost
+from ..support.errors import InputError
+from ..support.sizes import Cost
 from .base import Domains, TaskOption
 from .combinatorics import distinct_rows
 from .product import ProductTask, product_size

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..errors import InputError
+from ..support.errors import InputError
 from .base import Batch, Case, Vocabulary
 
 _INT64_LIMIT = 1 << 62

@@ -25,8 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
-from ..sizes import Cost
+from ..support.errors import InputError
+from ..support.sizes import Cost
 from .base import TaskOption
 from .product import ProductTask
 

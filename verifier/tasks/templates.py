@@ -27,11 +27,11 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..errors import InputError
-from ..sizes import Cost
+from ..support.errors import InputError
+from ..support.sizes import Cost
 from .base import Batch, Case, TaskOption, Vocabulary
-from .combinatorics import all_templates, arrangement_index, arrangements, canonical_template, count_templates, \
-    falling, template_name
+from .combinatorics import (all_templates, arrangement_index, arrangements, canonical_template, count_templates,
+    falling, template_name)
 from .index_lookup import symbol_names
 
 CLS = "CLS"

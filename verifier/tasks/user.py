@@ -7,7 +7,7 @@
   judged: Tracr's ``shift_by`` has none at position 0), and ``None`` for the whole string, or at
   every position, says the string is not an input of the task.  The function is called once per
   string when the task is built, so the task is a table: at most `MAX_REFERENCE_INPUTS` strings.
-  A function named by its file is imported and called in a child process (`verifier.usercode`):
+  A function named by its file is imported and called in a child process (`verifier.support.usercode`):
   nothing it does (an exit, a hang past ``--timeout``) ends or stalls the verifier.
 * `DatasetTask` (``--task dataset --dataset FILE.jsonl --vocab a,b,c``): the inputs of the file, one
   JSON object a line, ``{"input": ["a", "b"], "answer": "b"}`` or, for a sequence output,
@@ -37,10 +37,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from .. import usercode
-from ..budget import require_memory
-from ..errors import InputError
-from ..schema import parse_json, regular_file, user_file
+from ..support import usercode
+from ..support.budget import require_memory
+from ..support.errors import InputError
+from ..support.schema import parse_json, regular_file, user_file
 from .base import DATASET_HELP, NO_ANSWER, Batch, Case, Checked, TaskOption, Vocabulary
 from .product import ProductTask
 

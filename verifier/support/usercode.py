@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Optional
 from .budget import Deadline, TimedOut
 from .errors import InputError, InternalError
 
-BOOT = "import sys; sys.path[:] = {path!r}; from verifier.usercode import _serve; _serve({job}, {result})"
+BOOT = "import sys; sys.path[:] = {path!r}; from verifier.support.usercode import _serve; _serve({job}, {result})"
 _deadline: ContextVar[Optional[Deadline]] = ContextVar("user_code_deadline", default=None)
 
 

@@ -34,14 +34,14 @@ from typing import Optional
 import numpy as np
 import z3
 
-from .arithmetic import Fixed, FixedPoint
-from .budget import Deadline, TimedOut
+from ..arithmetic import Fixed, FixedPoint
+from ..support.budget import Deadline, TimedOut
 from .certificates import Certificate
-from .encoding import Sym
-from .errors import InputError, InternalError
-from .evaluator import make_evaluator
-from .model import Head, Layer, Model, Readout
-from .symbolic import SymFX
+from ..smt.encoding import Sym
+from ..support.errors import InputError, InternalError
+from ..evaluator import make_evaluator
+from ..model import Head, Layer, Model, Readout
+from ..smt.symbolic import SymFX
 
 
 @dataclass
@@ -235,7 +235,7 @@ def decide_certificate(task, cert: Certificate, heads: int, width: int, fx: Fixe
     """`synthesize`, and an escaping model run on every input of the task (`whole_dataset`: its
     verdict, and the first input it gets wrong): a certificate only says the model gets its members
     right (`verify impossible` without --shape)."""
-    from . import api
+    from ..runs import api
     out = synthesize(task, cert, heads, width, fx, deadline=deadline)
     if out.model is not None:
         whole = api.run(api.build_problem(task.name, model=out.model, arith=fx, **task_options(task)),
@@ -288,7 +288,7 @@ def synthesize_inputs(task, members: list, labels: list, heads: int, width: int,
     (`family_formula`; `symmetry=False` without it), decided by `solver` (z3, bitwuzla, cvc5 or portfolio: `solvers.solve` on its
     SMT-LIB text).  SAT: the model, every member replayed on the evaluator (a wrong one is an
     internal error).  UNSAT: no model of the family gets them all right at this precision."""
-    from . import solvers
+    from ..smt import solvers
     solvers.check_choice(solver)
     if len(members) > MAX_DATASET:
         raise InputError(f"bounded synthesis takes at most {MAX_DATASET:,} inputs; {task.name} gives {len(members):,}")
@@ -322,7 +322,7 @@ def synthesize_dataset(task, heads: int, width: int, fx: Fixed, timeout: Optiona
                        solver: str = "z3") -> Synthesis:
     """`synthesize_inputs` on **every** input of the task (one answer each, argmax): SAT gives a
     model that solves the whole dataset, then proved on every input by the engines (`api.run`)."""
-    from . import api
+    from ..runs import api
     if task.per_position or task.total > MAX_DATASET:
         raise InputError(f"bounded synthesis over the whole dataset takes at most {MAX_DATASET:,} inputs with one "
                          f"answer each; {task.name} has {task.total:,}")
@@ -341,7 +341,7 @@ def synthesize_dataset(task, heads: int, width: int, fx: Fixed, timeout: Optiona
 
 def task_options(task) -> dict:
     """The options that rebuild the task (N and the task's own)."""
-    from .tasks import task_options as options
+    from ..tasks import task_options as options
     return {"N": task.N} | {o.name: getattr(task, o.name) for o in options(task.name)
                             if getattr(task, o.name, None) is not None}
 
@@ -353,7 +353,7 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
     in FX (docs/arithmetic.md, "Recurrent models": a = sat(R(W h) + b), h = ReLU(sat(a + U[x]))),
     read at the last position?  UNSAT: none does (the shape is impossible at this size); SAT: the
     model, decoded and checked on the evaluator."""
-    from .model import Recurrent
+    from ..model import Recurrent
     t0 = time.monotonic()
     deadline = deadline if deadline is not None else Deadline(timeout)
     data = [(b.tokens, b.expected) for b in task.batches(0, task.total, 4096)]

@@ -19,8 +19,8 @@ from typing import Optional
 import numpy as np
 
 from .dump import aligned, departure_text, first_departure, row_names
-from .errors import InputError
-from .schema import parse_json, read_text, validate
+from ..support.errors import InputError
+from ..support.schema import parse_json, read_text, validate
 
 KINDS = ("verdict", "dump", "sweep")
 COLORS = {"proved": "#1a7f37", "refuted": "#cf222e", "unknown": "#9a6700"}

@@ -19,20 +19,22 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from . import interrupts, solvers, usercode
-from .arithmetic import Fixed, make_format, parse_format
-from .budget import Deadline, TimedOut, check_workers
-from .constructions import CONSTRUCTIONS
-from .engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
-from .errors import InputError, InternalError
-from .evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
-from .model import Model, Recurrent, weights_sha256
-from .result import Counterexample, Result, count_text
+from ..support import interrupts
+from ..smt import solvers
+from ..support import usercode
+from ..arithmetic import Fixed, make_format, parse_format
+from ..support.budget import Deadline, TimedOut, check_workers
+from ..constructions import CONSTRUCTIONS
+from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
+from ..support.errors import InputError, InternalError
+from ..evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
+from ..model import Model, Recurrent, weights_sha256
+from ..result import Counterexample, Result, count_text
 from .sample_check import sample_check
-from .tasks import Task, canonical, make_task
-from .tasks.base import NO_ANSWER
-from .tasks.bos import WithBos
-from .verdicts import Status, Verdict
+from ..tasks import Task, canonical, make_task
+from ..tasks.base import NO_ANSWER
+from ..tasks.bos import WithBos
+from ..verdicts import Status, Verdict
 
 MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
 
@@ -206,7 +208,7 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         cluster=None, solver: str = "z3", smtlib: Optional[str] = None) -> Result:
     """Decide the problem with an engine; replay every counterexample; sample-check a symbolic
     proof; return the verdict.  `deadline` (which `prove` and the CLI start before building the
-    problem) takes the place of `timeout`.  `cluster` (a started `verifier.cluster.Cluster`): the
+    problem) takes the place of `timeout`.  `cluster` (a started `verifier.runs.cluster.Cluster`): the
     exhaustive engine splits its range over the cluster's workers.  `solver` and `smtlib` (a
     directory for each case's SMT-LIB 2 text) are the SMT engine's."""
     total = problem.task.total

@@ -23,9 +23,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from .errors import InputError
-from .schema import load_json
-from .tasks import make_task
+from ..support.errors import InputError
+from ..support.schema import load_json
+from ..tasks import make_task
 
 CERTIFICATE_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",

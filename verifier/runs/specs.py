@@ -29,17 +29,17 @@ from typing import Optional
 from .api import build_problem
 from .cache import Cache
 from .cluster import Cluster, Job
-from .arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, parse_format
-from .constructions import CONSTRUCTIONS
-from .engines import ENGINES
-from .errors import InputError, InternalError
-from .model import load_model
+from ..arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, parse_format
+from ..constructions import CONSTRUCTIONS
+from ..engines import ENGINES
+from ..support.errors import InputError, InternalError
+from ..modelfile import load_model
 from .progress import Overall
-from .result import Result
-from .schema import read_text, regular_file, validate
-from .tasks import ALIASES, TASKS, canonical, task_options
-from .tasks.base import split_path
-from .verdicts import Status, Verdict
+from ..result import Result
+from ..support.schema import read_text, regular_file, validate
+from ..tasks import ALIASES, TASKS, canonical, task_options
+from ..tasks.base import split_path
+from ..verdicts import Status, Verdict
 
 TASK_OPTION_KEYS = {o.name for t in TASKS.values() for o in t.OPTIONS}
 PROBLEM_KEYS = {"N", "p", "f", "format", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"} | \
@@ -210,7 +210,7 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
           overall: Optional[Overall] = None) -> Checked:
     """Run each spec of the profile; an InputError or InternalError is an 'error' outcome.
 
-    The specs run as independent jobs on `scheduler` (`verifier.cluster`), their verdicts read from
+    The specs run as independent jobs on `scheduler` (`verifier.runs.cluster`), their verdicts read from
     and stored in `cache`; `progress(outcome)` sees the outcomes in the specs' order.  A selection
     with no spec is an InputError: a check that ran nothing must not pass.  An interruption (Ctrl-C,
     SIGTERM) stops the check; `interrupted` names the specs it left undecided.  `overall` counts the

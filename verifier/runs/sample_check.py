@@ -1,6 +1,6 @@
 """The sample check: a PROVED from a symbolic engine is never taken on trust alone.
 
-Before `verifier.api` returns a symbolic proof, every case split of the task contributes inputs
+Before `verifier.runs.api` returns a symbolic proof, every case split of the task contributes inputs
 (when that would cost more than `CHECK_WORK`, as for index lookup at N = 1024 with its 524,800
 cases and width 2054, the first case, the last, and as many cases drawn at random as the work
 allows, at least `MIN_CASES`):
@@ -28,12 +28,12 @@ import time
 
 import numpy as np
 
-from .budget import Deadline
-from .engines.base import Problem
-from .errors import InternalError
-from .evaluator import fitting_evaluator
-from .tasks import Case
-from .tasks.base import case_splits
+from ..support.budget import Deadline
+from ..engines.base import Problem
+from ..support.errors import InternalError
+from ..evaluator import fitting_evaluator
+from ..tasks import Case
+from ..tasks.base import case_splits
 
 RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
 RANDOM_TOTAL = 1024  # ... and this many of each in all, spread over the cases

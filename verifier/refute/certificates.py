@@ -44,9 +44,9 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import z3
 
-from .errors import InputError
-from .files import new_file
-from .tasks.combinatorics import template_name
+from ..support.errors import InputError
+from ..support.files import new_file
+from ..tasks.combinatorics import template_name
 
 FORMAT = "verify-certificate"
 

@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from . import api, fooling, shapes
-from .errors import InputError
-from .result import count_text
-from .tasks import canonical
+from ..runs import api
+from . import fooling, shapes
+from ..support.errors import InputError
+from ..result import count_text
+from ..tasks import canonical
 
 # per task: the construction's variant (None: the default), and the other side's shapes
 SIDES = {
@@ -101,7 +102,7 @@ def largest_impossible_p(name: str, N: int, family: shapes.Shape, **options) -> 
 def sweep_figure(task_name: str, sweep_path: str, families: Optional[str] = None, **options):
     """`frontier_figure` of the task from a sweep file (checked: a sweep, of this task), for the
     families given as text (';'-separated, `parse_family`) or the task's default ladder."""
-    from .report import load
+    from ..outputs.report import load
     kind, sweep = load(sweep_path)
     name = canonical(task_name)
     if kind != "sweep" or canonical(sweep.get("task", "")) != name:
@@ -114,7 +115,7 @@ def frontier_figure(name: str, sweep: dict, families: list[shapes.Shape], **opti
     """Both sides in the (log2 N, p) plane: the construction's p* from a sweep (`verify sweep -o`:
     proved at p* and every larger p of the sweep), and for each family of the other architecture
     the largest P at which every model of it is certified impossible (every P' <= P; shaded)."""
-    from .plots import _pyplot, series_label
+    from ..outputs.plots import _pyplot, series_label
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     rows = [r for r in sweep["rows"] if r.get("p_star") is not None]

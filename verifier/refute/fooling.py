@@ -29,8 +29,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .errors import InputError
-from .result import count_text
+from ..support.errors import InputError
+from ..result import count_text
 
 MAX_MEMBERS = 1 << 16  # Alice parts built at once; a larger set is sampled (any subset is a fooling set)
 
@@ -178,7 +178,7 @@ def induction_heads(task, limit: int, rng) -> FoolingSet:
 
 def dyck_words(n: int) -> np.ndarray:
     """Every string of Dyck-(2,2) of length n (token ids ( ) [ ]), by the automaton."""
-    from .tasks.sequences import DYCK22_DFA
+    from ..tasks.sequences import DYCK22_DFA
     words, states = np.zeros((1, 0), dtype=np.int64), np.zeros(1, dtype=np.int64)
     for _ in range(n):
         words = np.repeat(words, 4, axis=0)
@@ -390,7 +390,7 @@ def sample_check(task, fs: FoolingSet, pairs: int, rng: np.random.Generator) -> 
     """At a size too large for `check`: random pairs of members, each crossed by its separator (one-way)
     or both ways (two-way), evaluated on the task.  Returns how many were checked; InternalError-free
     means none failed (a failure raises)."""
-    from .errors import InternalError
+    from ..support.errors import InternalError
     F = len(fs.A)
     if F < 2:
         return 0

@@ -2,7 +2,7 @@
 
 Every file a user writes (model metadata, sparse-threshold instances, spec files) is read here and
 validated against its JSON Schema (draft 2020-12, `jsonschema`) before any of it is used.  The
-schemas live next to their readers (`model.META_SCHEMA`, `tasks.boolean.INSTANCE_SCHEMA`,
+schemas live next to their readers (`modelfile.META_SCHEMA`, `tasks.boolean.INSTANCE_SCHEMA`,
 `specs.spec_schema`); `verify schema NAME` prints them.
 
 Why JSON Schema and not pydantic: the formats are JSON and TOML documents, often written by

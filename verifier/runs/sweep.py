@@ -21,17 +21,18 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
-from . import interrupts, usercode
+from ..support import interrupts
+from ..support import usercode
 from .api import build_problem, check_sizes
-from .arithmetic import FixedPoint
-from .budget import Deadline
+from ..arithmetic import FixedPoint
+from ..support.budget import Deadline
 from .cache import Cache
 from .cluster import Cluster, Job
-from .errors import InputError
+from ..support.errors import InputError
 from .progress import Overall
-from .result import Result
-from .tasks import Task
-from .verdicts import Status, Verdict
+from ..result import Result
+from ..tasks import Task
+from ..verdicts import Status, Verdict
 
 MAX_GRID = 10_000  # values in one --N or --p range
 MAX_POINTS = 10_000  # (N, p) runs in one sweep: each builds and decides a problem
@@ -142,7 +143,7 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
     f = p - int_bits at each p: p* then measures the fraction bits a construction needs.
 
-    The points run as independent jobs on `scheduler` (`verifier.cluster`; each point on one core),
+    The points run as independent jobs on `scheduler` (`verifier.runs.cluster`; each point on one core),
     and their verdicts go to `cache` as they arrive, so that the same sweep run again reads them
     instead of deciding them: an interrupted sweep resumes where it was.  `task` is a task's name, or
     a task object (a compiled Tracr program's: its N is its own, so `Ns` is [task.N]); a `model`

@@ -23,8 +23,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import z3
 
-from .arithmetic import Fixed
-from .errors import InternalError
+from ..arithmetic import Fixed
+from ..support.errors import InternalError
 
 
 class Sym:

@@ -32,9 +32,9 @@ from typing import Optional
 import numpy as np
 
 from . import fooling, protocol
-from .arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
-from .errors import InputError, InternalError
-from .verdicts import Verdict as RunVerdict  # shapes has its own Verdict: impossible or open
+from ..arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from ..support.errors import InputError, InternalError
+from ..verdicts import Verdict as RunVerdict  # shapes has its own Verdict: impossible or open
 
 MAX_P = 31
 SMALLEST_LIMIT = 1 << 17  # the largest N the smallest impossible N is looked for up to
@@ -211,7 +211,7 @@ def impossible(task_name: str, N: int, shape: Shape, f: Optional[int] = None, ro
                accumulate: str = "product", smallest: bool = True, synthesis_timeout: Optional[float] = None,
                **options) -> Verdict:
     """The verdict at N, and the smallest N at which the count certifies impossibility."""
-    from .tasks import canonical, make_task
+    from ..tasks import canonical, make_task
     name = canonical(task_name)
     task = make_task(name, N=N, **options)
     if name in USER_TASKS:
@@ -253,7 +253,9 @@ def synthesis_check(task, shape: Shape, f: Optional[int], rounding: Optional[str
     at the position read).  A model where the count forbids one is an internal error: on the whole
     dataset when the count is below the set's size, on the fooling set's inputs when it is below
     the Alice parts used."""
-    from . import api, solvers, synthesis
+    from ..runs import api
+    from ..smt import solvers
+    from . import synthesis
     fx = FixedPoint(shape.p, f, rounding or "floor", "saturate", accumulate)
     solver = "bitwuzla" if "bitwuzla" in solvers.installed() else "z3"
     try:
@@ -322,7 +324,7 @@ def smallest_impossible(name: str, shape: Shape, f: Optional[int] = None, roundi
 
 def _smallest_by_scan(name: str, shape: Shape, f: Optional[int], rounding: Optional[str], accumulate: str,
                       limit: int, **options) -> Optional[int]:
-    from .tasks import make_task
+    from ..tasks import make_task
     for N in range(2, limit + 1):
         try:
             size = fooling.size_of(fooling.build(make_task(name, N=N, **options)))

@@ -1,6 +1,6 @@
 """SMT solvers for the SMT engine's cases: z3, bitwuzla, cvc5, and a portfolio of them.
 
-A case's failure formula is built with z3 (`verifier.encoding`) and written as SMT-LIB 2
+A case's failure formula is built with z3 (`verifier.smt.encoding`) and written as SMT-LIB 2
 (`smtlib`); bitwuzla and cvc5 (PyPI packages, the ``solvers`` extra) read that text, so every
 solver decides the very same formula.  `solve` runs z3 in this process, and bitwuzla, cvc5 or a
 portfolio (every installed solver) in forked processes: the first definite answer wins and the
@@ -21,7 +21,7 @@ from typing import Optional
 
 import z3
 
-from .errors import InputError
+from ..support.errors import InputError
 
 SOLVERS = ("z3", "bitwuzla", "cvc5")
 CHOICES = SOLVERS + ("portfolio",)

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from .engines.base import Tick
+from ..engines.base import Tick
 
 
 def duration(seconds: float) -> str:

@@ -30,9 +30,9 @@ from typing import Iterator, Optional
 import mpmath
 import numpy as np
 
-from .arithmetic import Fixed, FixedPoint, exp_table
-from .evaluator import Evaluator, RecurrentEvaluator, read_from
-from .model import Recurrent
+from ..arithmetic import Fixed, FixedPoint, exp_table
+from ..evaluator import Evaluator, RecurrentEvaluator, read_from
+from ..model import Recurrent
 
 ORDER_FREE = ("product", "wide")  # accumulation rules whose sums over positions are exact, then rounded once
 

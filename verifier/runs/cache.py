@@ -33,11 +33,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional
 
-from .engines import Problem
-from .errors import InputError
-from .model import weights_sha256
-from .result import Result
-from .verdicts import Verdict
+from ..engines import Problem
+from ..support.errors import InputError
+from ..model import weights_sha256
+from ..result import Result
+from ..verdicts import Verdict
 
 FORMAT = 2  # of the tables below; a cache of format 1 (a `runs` table, no marker) is emptied and upgraded
 MARKER = "verify_cache"
@@ -57,7 +57,7 @@ def default_path() -> Path:
 def code_fingerprint() -> str:
     """SHA-256 of the verifier package's source files: any change to the code is a new cache."""
     h = hashlib.sha256()
-    root = Path(__file__).parent
+    root = Path(__file__).parents[1]  # the verifier package, every layer of it
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())

@@ -22,9 +22,9 @@ from typing import IO, Optional
 import numpy as np
 
 from .dump import departure_text
-from .errors import InputError
-from .files import check_new, new_file
-from .tasks import canonical
+from ..support.errors import InputError
+from ..support.files import check_new, new_file
+from ..tasks import canonical
 
 FORMATS = (".png", ".svg")
 ATTENTION = re.compile(r"^L(\d+)\.H(\d+)\.attn$")

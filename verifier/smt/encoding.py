@@ -18,12 +18,12 @@ from fractions import Fraction
 import numpy as np
 import z3
 
-from .arithmetic import Fixed, threshold_code
-from .budget import Deadline
-from .evaluator import Cone, Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
+from ..arithmetic import Fixed, threshold_code
+from ..support.budget import Deadline
+from ..evaluator import Cone, Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
 from .symbolic import Sym, SymFX
-from .tasks import Case
-from .tasks.base import NO_ANSWER
+from ..tasks import Case
+from ..tasks.base import NO_ANSWER
 
 
 @dataclass
