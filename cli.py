@@ -327,8 +327,8 @@ def _task_command(task_name: str, name: str) -> None:
     @cli.command(name, help=f"Prove the built-in {task_name} construction ({construction.theorem}) on every input "
                             f"up to size N.")
     @click.option("--N", *size_flags, "N", type=int, required=True,
-                  help="Size of the task (largest input length" + (f"; also {', '.join(size_flags)}" if size_flags
-                                                                   else "") + ").")
+                  help=f"Size of the task ({TASKS[task_name].SIZE_HELP}"
+                       + (f"; also {', '.join(size_flags)}" if size_flags else "") + ").")
     @task_option_flags(task_options(task_name))
     @arithmetic_options
     @construction_options(construction.options)

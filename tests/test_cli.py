@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cli
 import verifier
 from verifier.constructions.index_lookup import build
 
@@ -289,7 +290,7 @@ def test_force_replaces_what_the_user_names_and_nothing_by_default(capsys, tmp_p
     (tmp_path / "d.html").mkdir()  # a directory is never replaced
     code, _, err = run(capsys, "report", str(verdict), "-o", str(tmp_path / "d.html"), "--force")
     assert code == 2 and "d.html' is a directory" in err and (tmp_path / "d.html").is_dir()
-    with pytest.raises(verifier.errors.InputError, match="is a directory"):
+    with pytest.raises(verifier.InputError, match="is a directory"):
         verifier.save_model(verifier.load_model(model), tmp_path / "d.html", force=True)
 
 

@@ -16,7 +16,7 @@ from verifier.constructions.blocks import Layout, ReluLayer, instructive
 from verifier.support.errors import InputError
 from verifier.evaluator import Evaluator
 from verifier.model import Head, Layer, Model, Readout
-from verifier import fooling
+from verifier.refute import fooling
 from verifier.refute.protocol import summaries
 from verifier.refute.refute import random_model, refute
 from verifier.support.budget import Deadline

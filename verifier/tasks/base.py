@@ -162,6 +162,7 @@ class Vocabulary:
     per_position = False
     OPTIONS: ClassVar[tuple[TaskOption, ...]]  # not optional: every task class has its own (a wrapper, its task's)
     SIZE_FLAGS: ClassVar[tuple[str, ...]] = ()
+    SIZE_HELP: ClassVar[str] = "largest input length"  # what --N is, in the paper's words
     cases: Optional[Callable[[], Iterator[Case]]] = None
     dfa: Optional[np.ndarray] = None
     answered: Optional[Callable[[], Checked]] = None

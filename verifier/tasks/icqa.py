@@ -8,7 +8,7 @@ questions, and the response sign:
     q_pi(0) = a_pi'(0)  ...  q_pi(k-1) = a_pi'(k-1)  q_pi(c) =        answer: a_pi'(c)
 
 pi and pi' are arrangements (ordered choices without repetition), c in 0..k-1: the dataset has
-k A(nq, k) A(na, k) examples, n = 3k + 2 tokens each.  N is k (the CLI also takes it as `--k`).
+k A(nq, k) A(na, k) examples, n = 3k + 2 tokens each.  N is k (`--N` on the CLI).
 
 Order: by c, then pi (lexicographic arrangement index), then pi'.  Each c is one case split for
 the SMT engine: every question and answer position free, the query equal to the question of block
@@ -35,6 +35,7 @@ class Icqa(Vocabulary):
     na: int = 4
 
     name = "icqa"
+    SIZE_HELP = "the paper's k: question-answer pairs in the context"
     readout = "argmax"
     OPTIONS = (TaskOption("nq", int, 4, "Number of question tokens."),
                TaskOption("na", int, 4, "Number of answer tokens."))

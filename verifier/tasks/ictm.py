@@ -8,7 +8,7 @@ response sign and an answer; then the query, template t_pi(c) under a substituti
 The answer is a_pi'(c): the answer of the block whose template the query follows.  The context
 templates are distinct (an arrangement pi of k templates of the set T, which holds no two templates
 equal up to renaming) and so are the answers (an arrangement pi' of k of the na answers).
-n = k (l + 2) + l + 1 tokens.  N is k (the CLI also takes it as `--k`); `--length` is l.
+n = k (l + 2) + l + 1 tokens.  N is k (`--N` on the CLI); `--length` is l.
 
 Departure: the paper draws the k + 1 substitution maps without repetition from a set of maps of the
 whole wildcard alphabet; maps that differ only on wildcards a template does not use give the same
@@ -46,6 +46,7 @@ class Ictm(Vocabulary):
     na: int = 2
 
     name = "ictm"
+    SIZE_HELP = "the paper's k: template blocks in the context"
     readout = "argmax"
     OPTIONS = (TaskOption("length", int, 2, "l, the template length."),
                TaskOption("alphabet", int, 3, "|X|, the number of symbols."),
