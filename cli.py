@@ -22,7 +22,7 @@ from verifier import exact
 from verifier.support import interrupts
 from verifier.outputs import plots, report
 from verifier.refute import separation, shapes
-from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, FixedPoint, make_format, parse_format
+from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, make_format, parse_format
 from verifier.support.budget import Deadline, TimedOut
 from verifier.runs.cache import Cache, default_path as default_cache_path
 from verifier.refute.certificate_check import CERTIFICATE_SCHEMA, check_certificate
@@ -47,7 +47,7 @@ from verifier.refute.refute import METHODS, refute, refute_random
 from verifier.runs.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.refute.synthesis import certificate_lines, decide_certificate
 from verifier.runs.sweep import RANGE_HELP, parse_range, sweep
-from verifier.tasks import ALIASES, TASKS, canonical, flag, make_task, task_options
+from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
 from verifier.tasks.user import split_names
 from verifier.support.usercode import NotFinished, time_limit
 from verifier.tasks.boolean import INSTANCE_SCHEMA

@@ -5,7 +5,6 @@ and 6; a memorization model with BOS under auto, issue 24)."""
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from verifier.tasks.bos import WithBos
 from verifier.tasks.user import DatasetTask, ReferenceTask
 
 from helpers import RandomLookupTask, random_model
-from reference import RefFX, quantize_model, ref_answer, ref_forward
+from reference import RefFX, quantize_model, ref_forward
 from helpers import run
 
 AB = ["a", "b"]

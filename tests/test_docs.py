@@ -5,7 +5,6 @@ Regenerate what fails with `python3 -m tools.docs regenerate` (docs/testing-the-
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
