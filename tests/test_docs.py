@@ -14,7 +14,8 @@ from tools import generated, transcripts
 def _examples():
     for doc in transcripts.DOCS:
         for example in transcripts.load(doc).examples():
-            marks = [pytest.mark.slow] if example.parsed.slow else []
+            # every transcript is a new process (about a second each): none is in the fast tier
+            marks = [pytest.mark.slow] + ([pytest.mark.long] if example.parsed.long else [])
             if example.parsed.example:
                 marks.append(pytest.mark.skip(reason="marked example: shown, not run"))
             yield pytest.param(example, id=f"{doc}:{example.line}", marks=marks)
@@ -101,3 +102,16 @@ def test_every_block_is_written_back_in_place():
         for line, transcript in transcripts.transcripts(doc):
             raw = text[transcript.source_start:transcript.source_end]
             assert transcript.render([step.output for step in transcript.steps]) == raw, f"{doc}:{line}"
+
+
+def test_a_traceback_is_never_an_output(tmp_path):
+    """A command that ends in a traceback fails the test and is not written back, whatever its exit code."""
+    doc = tmp_path / "trace.md"
+    text = "```console\n$ python3 -c 'import no_such_module_here'\n```\n"
+    doc.write_text(text)
+    (example,) = transcripts.load(doc).examples()
+    with pytest.raises(transcripts.TranscriptError, match="ended in a traceback"):
+        example.evaluate()
+    with pytest.raises(transcripts.TranscriptError):
+        transcripts.regenerate(doc, log=lambda *_: None)
+    assert doc.read_text() == text

@@ -12,10 +12,12 @@ without the figures, which the docs' own commands draw,
 so relative paths in the docs work and nothing the command writes lands in the repository), with
 `verify` meaning this checkout's cli.py; the lines after it, up to the next `$ `, are its output:
 stdout, and stderr too when the command fails (exit 2: its one-line error, exit 3 before a
-verdict), since on success stderr carries only progress and notes that vary between runs.  `$ echo $?` prints the previous command's exit code.
-Outputs are compared after `normalise` (durations, rates, scratch paths).  Words after `console`
-mark the block: `slow` (more than a few seconds: a pytest `slow` mark, so outside the fast tier but
-in CI's full run) and `example` (shown, not run: output that cannot be reproduced on demand, such as
+verdict), since on success stderr carries only progress and notes that vary between runs.
+`$ echo $?` prints the previous command's exit code.  Outputs are compared after `normalise`
+(durations, rates, scratch paths).  Every transcript is a pytest `slow` test (a new process each:
+outside the fast tier, in CI's full run).  Words after `console` mark the block: `slow` (more than
+a few seconds: `regenerate --fast` skips it), `long` (minutes: pytest's `long` mark too, so CI's run
+leaves it out; `python3 -m pytest -m long tests/test_docs.py` or a regeneration runs it) and `example` (shown, not run: output that cannot be reproduced on demand, such as
 a Ctrl-C or a benchmark's timings; use sparingly) and `stderr` (show stderr on success too,
 interleaved with stdout: for a note that belongs to the output, like `verify tracr`'s compile line).
 
@@ -43,7 +45,7 @@ from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
-MARKS = {"slow", "example", "stderr"}
+MARKS = {"slow", "long", "example", "stderr"}
 COMMAND_TIMEOUT = 1800  # seconds: a transcript that runs longer is broken, not slow
 
 LEXER = RawFencedCodeBlockLexer(info_pattern=re.compile(r"console(?P<marks>[ \w-]*)$\n", re.MULTILINE))
@@ -54,6 +56,10 @@ NORMALISE = [
     (re.compile(r"\b(seconds=)\d+(\.\d+)?"), r"\1<T>"),
     (re.compile(r"\b[\d,]+(\.\d+)?/s\b"), "<rate>/s"),
 ]
+
+
+class TranscriptError(Exception):
+    """A transcript's command that cannot be shown as output (it ended in a traceback)."""
 
 
 @dataclass
@@ -76,7 +82,11 @@ class Transcript:
 
     @property
     def slow(self) -> bool:
-        return "slow" in self.marks
+        return "slow" in self.marks or self.long
+
+    @property
+    def long(self) -> bool:
+        return "long" in self.marks
 
     @property
     def example(self) -> bool:
@@ -171,6 +181,9 @@ class Scratch:
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                                   text=True, timeout=COMMAND_TIMEOUT)
             rc = proc.returncode
+            if "Traceback (most recent call last)" in proc.stdout + (proc.stderr or ""):
+                # never written into a doc, whatever the exit code (a helper script's ImportError is 1)
+                raise TranscriptError(f"`$ {step.command}` ended in a traceback:\n{proc.stdout}{proc.stderr or ''}")
             out = proc.stdout + (proc.stderr if not merged and rc not in (0, 1) else "")
             out = out.replace(self.dir + "/", "").replace(self.dir, ".")
             outputs.append("\n".join(line.rstrip() for line in out.split("\n")).strip("\n"))

@@ -16,7 +16,7 @@ import numpy as np
 
 import verifier
 from verifier.model import Readout, Recurrent
-from verifier.refute import random_model
+from verifier.refute.refute import random_model
 from verifier.tasks import make_task
 
 FIRST_IS_LAST = str(Path(__file__).with_name("first_is_last.py")) + ":f"
