@@ -12,7 +12,8 @@ without the figures, which the docs' own commands draw,
 so relative paths in the docs work and nothing the command writes lands in the repository), with
 `verify` meaning this checkout's cli.py; the lines after it, up to the next `$ `, are its output:
 stdout, and stderr too when the command fails (exit 2: its one-line error, exit 3 before a
-verdict), since on success stderr carries only progress and notes that vary between runs.  `$ echo $?` prints the previous command's exit code.
+verdict), since on success stderr carries only progress and notes that vary between runs.
+`$ echo $?` prints the previous command's exit code.
 Outputs are compared after `normalise` (durations, rates, scratch paths).  Words after `console`
 mark the block: `slow` (more than a few seconds: a pytest `slow` mark, so outside the fast tier but
 in CI's full run) and `example` (shown, not run: output that cannot be reproduced on demand, such as
