@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -27,7 +28,8 @@ from verifier.support.budget import Deadline, TimedOut
 from verifier.runs.cache import Cache, default_path as default_cache_path
 from verifier.refute.certificate_check import CERTIFICATE_SCHEMA, check_certificate
 from verifier.runs.cluster import Cluster
-from verifier.refute.certificates import find_certificate, load_checked as load_certificate, save as save_certificate, why_none
+from verifier.refute.certificates import (find_certificate, load_checked as load_certificate, save as save_certificate,
+                                          why_none)
 from verifier.constructions import CONSTRUCTIONS
 from verifier.refute.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
 from verifier.outputs.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
@@ -46,7 +48,7 @@ from verifier.result import EXIT_CODES, count_text
 from verifier.refute.refute import METHODS, refute, refute_random
 from verifier.runs.specs import PROFILES, check as check_specs, load_specs, spec_schema
 from verifier.refute.synthesis import certificate_lines, decide_certificate
-from verifier.runs.sweep import RANGE_HELP, parse_range, sweep
+from verifier.runs.sweep import RANGE_HELP, Frontier, parse_range, sweep
 from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
 from verifier.tasks.user import split_names
 from verifier.support.usercode import NotFinished, time_limit
@@ -89,7 +91,8 @@ FORMAT_OPTION = click.option("--format", "fmt", default=None, metavar="FORMAT",
 def arithmetic_options(fn):
     for opt in reversed([
         FORMAT_OPTION,
-        click.option("--p", "p", type=int, default=None, help="Bits per number (p >= 2) of --format fx (required there)."),
+        click.option("--p", "p", type=int, default=None,
+                     help="Bits per number (p >= 2) of --format fx (required there)."),
         click.option("--f", "f", type=int, default=None, help="Fractional bits of --format fx (default p // 2)."),
         click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True),
         click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True),
@@ -377,7 +380,8 @@ def run_cmd(model_path, task_name, N, fmt, p, f, rounding, overflow, accumulate,
               help="A .npz model file instead of the built-in construction.")
 @click.option("--p", "p", type=int, default=12, show_default=True,
               help="The precision the construction is built for (its scales may depend on --f); not used to evaluate.")
-@click.option("--f", "f", type=int, default=None, help="Fractional bits the construction is built for (default p // 2).")
+@click.option("--f", "f", type=int, default=None,
+              help="Fractional bits the construction is built for (default p // 2).")
 @click.option("--start", type=int, default=0, help="First input of the range (enumeration order).")
 @click.option("--stop", type=int, default=None, help="End of the range (exclusive; default: all).")
 @click.option("--max-counterexamples", type=int, default=None,
@@ -477,8 +481,10 @@ def sweep_frontier(task, Ns, ps, f_range, int_bits, output, fmt, plot_path, sche
         click.echo(f"ran on {table.ran_on}" + (f"; {cache.hits} of the runs read from the cache {cache.path}"
                                                 + (f" ({cache.rejected} rows not used)" if cache.rejected else "")
                                                 if cache is not None else ""), err=True)
-        render = {"markdown": table.to_markdown, "csv": getattr(table, "to_csv", None),
-                  "json": lambda: json.dumps(table.to_json(), indent=2)}
+        render: dict[str, Callable[[], str]] = {"markdown": table.to_markdown,
+                                                "json": lambda: json.dumps(table.to_json(), indent=2)}
+        if isinstance(table, Frontier):  # a table by f has no CSV (refused above)
+            render["csv"] = table.to_csv
         if fh is not None:
             fh.write(render["json" if output.endswith(".json") else "csv"]())
             click.echo(f"wrote {output}", err=True)
@@ -494,7 +500,8 @@ SWEEP_OUTPUT = [
     click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
                  help="Write the table here (.csv or .json; never overwrites without --force)."),
     click.option("--csv", "as_csv", is_flag=True,
-                 help="Print the table as CSV (default markdown; --json: JSON; the suffix of -o decides for the file)."),
+                 help="Print the table as CSV (default markdown; --json: JSON; "
+                      "the suffix of -o decides for the file)."),
     click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
                  help="Also draw p* against log2 N with the fit, as .png or .svg (needs matplotlib)."),
     FORCE,

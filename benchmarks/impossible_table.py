@@ -44,8 +44,8 @@ def datasets(solver: str, timeout: float, budget: float, save: Optional[str]) ->
         left = budget - (time.monotonic() - t_start)
         options = ", ".join(f"{k}={v}" for k, v in opts.items())
         if left < 1:
-            print(f"| {name} | {options} | {task.total} | {heads} | {width} | p={fx.p}, f={fx.f} | - | not run (budget spent) "
-                  f"| 0 |")
+            print(f"| {name} | {options} | {task.total} | {heads} | {width} | p={fx.p}, f={fx.f} | - "
+                  f"| not run (budget spent) | 0 |")
             continue
         t0 = time.monotonic()
         s = synthesize_dataset(task, heads, width, fx, timeout=min(timeout, left), solver=solver)
@@ -55,8 +55,8 @@ def datasets(solver: str, timeout: float, budget: float, save: Optional[str]) ->
         verdict = {"impossible": "UNSAT: no model of the family solves it",
                    "escapes": f"a model solves it ({s.whole_dataset})",
                    "unknown": f"unknown ({s.stats['reason']} at {min(timeout, left):.0f} s)"}[s.verdict]
-        print(f"| {name} | {options} | {s.members} | {heads} | {width} | p={fx.p}, f={fx.f} | {s.shape['parameters']} | "
-              f"{verdict} | {time.monotonic() - t0:.1f} |", flush=True)
+        print(f"| {name} | {options} | {s.members} | {heads} | {width} | p={fx.p}, f={fx.f} "
+              f"| {s.shape['parameters']} | {verdict} | {time.monotonic() - t0:.1f} |", flush=True)
     print(f"\ntotal {time.monotonic() - t_start:.0f} s")
 
 

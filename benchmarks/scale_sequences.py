@@ -41,7 +41,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--timeout", type=float, default=60)
     args = ap.parse_args()
-    print(f"| task | construction | arithmetic | engine | largest N proved in {args.timeout:g} s | its seconds | next |")
+    print(f"| task | construction | arithmetic | engine | largest N proved in {args.timeout:g} s "
+          "| its seconds | next |")
     print("|---|---|---|---|---|---|---|")
     for task, opts, engine in ROWS:
         arith = f"p={opts['p']}, f={opts['f']}"

@@ -46,7 +46,8 @@ def random_model(rng: np.random.Generator, V: int | list[str], max_len: int, C: 
     def w(*shape):
         # mostly grid-friendly values, sometimes zero, sometimes off-grid
         x = rng.normal(0, scale, size=shape)
-        x = np.where(rng.random(shape) < 0.2, 0.0, np.round(x * 8) / 8 + (rng.random(shape) < 0.3) * rng.normal(0, 0.05, size=shape))
+        x = np.where(rng.random(shape) < 0.2, 0.0,
+                     np.round(x * 8) / 8 + (rng.random(shape) < 0.3) * rng.normal(0, 0.05, size=shape))
         if extreme:
             x = np.where(rng.random(shape) < extreme, rng.choice(wild, size=shape), x)
         return x

@@ -258,7 +258,8 @@ def test_the_exact_count_is_the_loop_over_the_evaluator():
                                            model=_flag_model(2))):
         counted = count_errors(problem, "exact", replays=5)
         failing = loop_failures(problem)
-        assert counted.errors == len(failing) and counted.status == "complete" and counted.evaluated == problem.task.total
+        assert counted.errors == len(failing) and counted.status == "complete"
+        assert counted.evaluated == problem.task.total
         assert sum(counted.by_reason.values()) == counted.errors
         assert len(counted.replayed) == min(5, len(failing)) and {c.index for c in counted.replayed} <= failing
     parallel = count_errors(verifier.build_problem("idxl", N=6, p=5), "exact", workers=2, replays=5)

@@ -96,7 +96,8 @@ def test_reference_size_is_refused_before_calling_the_function(ref):
 def dataset(tmp_path):
     path = tmp_path / "d.jsonl"
     lines = [{"input": ["b", "a"], "answer": "a"}, {"input": ["a"], "answer": "a"},
-             {"input": ["a", "b", "b"], "answer": "b"}, {"input": ["b"], "answer": "b"}, {"input": ["a", "b"], "answer": "b"}]
+             {"input": ["a", "b", "b"], "answer": "b"}, {"input": ["b"], "answer": "b"},
+             {"input": ["a", "b"], "answer": "b"}]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return path
 
@@ -261,7 +262,8 @@ def test_run_sweep_and_check_accept_the_users_tasks(capsys, tmp_path, ref, datas
     code, out, err = run(capsys, "run", "--model", path, "--task", "reference", "--reference", f"{ref}:last",
                          "--vocab", "a,b", "--N", 2, "--p", 8, "--json")
     doc = json.loads(out)
-    assert code in (0, 1) and doc["task"]["bos"] == "<s>" and doc["construction"]["construction"].startswith("model file")
+    assert code in (0, 1) and doc["task"]["bos"] == "<s>"
+    assert doc["construction"]["construction"].startswith("model file")
     code, out, err = run(capsys, "sweep", "--model", path, "--task", "reference", "--reference", f"{ref}:last",
                          "--vocab", "a,b", "--N", "2", "--p", "4..6", "--no-cache", "--scheduler", "serial")
     assert code == 0 and "| 2 |" in out
@@ -497,7 +499,8 @@ def test_archives_with_two_members_of_one_name_are_refused(tmp_path, capsys):
 
 def test_gelu_is_refused(tmp_path, capsys):
     path = write_safetensors(tmp_path / "tl.safetensors", tl_state(np.random.default_rng(2)))
-    code, _, err = run(capsys, "import", str(path), "-o", str(tmp_path / "m.npz"), "--vocab", "a,b,c,d", "--act", "gelu")
+    code, _, err = run(capsys, "import", str(path), "-o", str(tmp_path / "m.npz"), "--vocab", "a,b,c,d",
+                       "--act", "gelu")
     assert code == 2 and "GELU" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "m.npz").exists()
 
 

@@ -169,7 +169,7 @@ def test_ictm_printed_ties_on_every_input():
     three = exact.search(problem)
     assert len(three.wrong) == three.total == 1944 and all(o.reason == "tie" for _, o in three.wrong)
     task = problem.task
-    for index, o in three.wrong[::97]:
+    for _, o in three.wrong[::97]:
         used = {int(a) - task.first_answer for a in o.tokens[task.block - 1::task.block][:2]}
         unused, = set(range(3)) - used
         assert set(o.decisions[0].tie) == {int(task.answer(np.array(o.tokens))), unused}

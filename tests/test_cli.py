@@ -83,7 +83,8 @@ def _as_a_terminal_starts_it() -> None:
 @pytest.mark.slow
 def test_ctrl_c_gives_unknown_with_count():
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "idxl", "--N", "16", "--p", "12", "--sigma", "3",
-                             "--engine", "exhaustive", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             "--engine", "exhaustive", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT,
                             preexec_fn=_as_a_terminal_starts_it)
     time.sleep(5)  # past start-up (imports), well inside a run that would take hours
     proc.send_signal(signal.SIGINT)
@@ -258,7 +259,7 @@ def test_version_and_a_bare_verify(capsys):
 def test_one_name_per_meaning():
     """The same option name means one thing on every command."""
     meanings = {}
-    for name, command in cli.cli.commands.items():
+    for command in cli.cli.commands.values():
         for p in command.params:
             for opt in p.opts:
                 meanings.setdefault(opt, set()).add(p.name)

@@ -26,7 +26,8 @@ def test_transcript(example):
     example.evaluate()  # Sybil raises SybilFailure with the diff when an output differs
 
 
-@pytest.mark.parametrize("path", sorted(generated.expected(), key=str), ids=lambda p: str(p.relative_to(transcripts.ROOT)))
+@pytest.mark.parametrize("path", sorted(generated.expected(), key=str),
+                         ids=lambda p: str(p.relative_to(transcripts.ROOT)))
 def test_generated_page_is_current(path):
     assert path.read_text() == generated.expected()[path], \
         f"{path.relative_to(transcripts.ROOT)} is stale: python3 -m tools.docs regenerate --no-transcripts"

@@ -49,7 +49,7 @@ def test_batched_paths_match_reference_loop(rounding, accumulate, overflow):
 def test_relu_attention_with_averaged_heads_matches_reference(heads):
     """ReLU attention with the 1/m head average (Chen and Zou 2024), R(sum / m) rounded exactly."""
     rng = np.random.default_rng(heads)
-    for trial, (rounding, accumulate, overflow) in enumerate(MODES):
+    for rounding, accumulate, overflow in MODES:
         V, L = int(rng.integers(2, 5)), int(rng.integers(2, 5))
         model = random_model(rng, V, L, C=2, dims={"H": heads, "attention": "relu"})
         fx = FixedPoint(int(rng.integers(4, 11)), None, rounding, overflow, accumulate)
@@ -74,7 +74,7 @@ def test_real_reference_matches_a_float_forward_pass():
         got = reference(model).forward(tokens).scores
         for i, row in enumerate(tokens):
             X = model.E[row] + model.P[:4] * model.P_mask[row][:, None]
-            for li, layer in enumerate(model.layers):
+            for layer in model.layers:
                 outs = []
                 for h in layer.heads:
                     S = (X @ h.W_Q.T) @ (X @ h.W_K.T).T

@@ -119,7 +119,6 @@ def test_agrees_with_float64_where_its_margin_is_far_from_zero(seed):
 def _tie_model(attention: str) -> Model:
     """Two tokens, one layer; readout rows 0 and 1 equal: every input is an exact tie of classes
     0 and 1 (class 2 reads something else, below them)."""
-    d = 2
     E = np.array([[1.0, 0.5], [0.25, -1.0]])
     P = np.array([[0.0, 0.0], [0.5, 0.25], [-0.75, 1.0]])
     head = Head(np.array([[1.0, -0.5]]), np.array([[0.5, 1.0]]), np.array([[1.0, 1.0]]))

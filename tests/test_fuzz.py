@@ -92,7 +92,8 @@ META_PATHS = [["format"], ["version"], ["vocab"], ["vocab", 0], ["layers"], ["la
 def _set_path(meta: dict, path: list, value) -> None:
     node = meta
     for key in path[:-1]:
-        if isinstance(node, dict) and key in node or isinstance(node, list) and isinstance(key, int) and key < len(node):
+        if (isinstance(node, dict) and key in node
+                or isinstance(node, list) and isinstance(key, int) and key < len(node)):
             node = node[key]
         else:
             return
@@ -159,7 +160,8 @@ def test_fuzz_model_files(models, which, meta_edits, arr_edits, dN, p, engine, o
 
 
 features = st.lists(st.one_of(
-    st.fixed_dictionaries({"I": st.lists(st.integers(-1, 4), max_size=3), "g": st.lists(st.integers(-1, 2), max_size=9)}),
+    st.fixed_dictionaries({"I": st.lists(st.integers(-1, 4), max_size=3),
+                           "g": st.lists(st.integers(-1, 2), max_size=9)}),
     st.fixed_dictionaries({"I": json_values, "g": json_values}),
     json_values), max_size=4)
 

@@ -144,7 +144,8 @@ def test_fx_is_the_grid_of_step_two_to_the_minus_f():
                 grid = Grid(Fraction(1, 2 ** f), fx.lo, fx.hi, rounding, accumulate=accumulate)
                 W, x = rng.integers(fx.lo, fx.hi + 1, (5, 4)), rng.integers(fx.lo, fx.hi + 1, (7, 4))
                 b = rng.integers(fx.lo, fx.hi + 1, 5)
-                assert np.array_equal(fx.lin(W, x, b, fx.context((7,)), "t"), grid.lin(W, x, b, grid.context((7,)), "t"))
+                assert np.array_equal(fx.lin(W, x, b, fx.context((7,)), "t"),
+                                      grid.lin(W, x, b, grid.context((7,)), "t"))
                 s = rng.integers(fx.lo, fx.hi + 1, (7, 6))
                 assert np.array_equal(fx.softmax(s, None, fx.context((7,)), "t"),
                                       grid.softmax(s, None, grid.context((7,)), "t"))
@@ -267,7 +268,8 @@ def test_every_command_with_an_arithmetic_takes_the_format(capsys, tmp_path):
     model = tmp_path / "m.npz"
     assert main(["export", "equality", "--N", "4", "--variant", "paper", "--format", "b2:3", "-o", str(model)]) == 0
     capsys.readouterr()
-    assert main(["run", "--model", str(model), "--task", "equality", "--N", "4", "--format", "b2:3", "--json"]) in (0, 1)
+    assert main(["run", "--model", str(model), "--task", "equality", "--N", "4", "--format", "b2:3",
+                 "--json"]) in (0, 1)
     assert json.loads(capsys.readouterr().out)["arithmetic"]["Kc"] == 3
     one_layer = tmp_path / "idxl.npz"
     assert main(["export", "idxl", "--N", "4", "-o", str(one_layer)]) == 0

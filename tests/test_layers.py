@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
     ("support", {"support": ("verifier.support",)}),
     ("numbers", {"arithmetic": ("verifier.arithmetic",)}),
-    ("data", {"model": ("verifier.model",), "result": ("verifier.result", "verifier.verdicts"), "tasks": ("verifier.tasks",)}),
+    ("data", {"model": ("verifier.model",), "result": ("verifier.result", "verifier.verdicts"),
+              "tasks": ("verifier.tasks",)}),
     ("evaluation", {"modelfile": ("verifier.modelfile",),
                     "evaluation": ("verifier.evaluator", "verifier.exact", "verifier.layer0")}),
     ("builders", {"constructions": ("verifier.constructions",), "smt": ("verifier.smt",)}),

@@ -106,7 +106,8 @@ def test_the_protocol_equals_the_evaluator_bit_for_bit(attention):
         r = ranges(fx.p, fx.f, fx.rounding, fx.accumulate, attention, len(alice), L - len(alice))
         for t in transcripts:  # every message inside its counted range (lo of each party's sum is n * min)
             for P, n, size in ((t.P_A, len(alice), r.P_A), (t.P_B, L - len(alice), r.P_B)):
-                low = n * (fx.lo if fx.accumulate == "product" else fx.lo * (min(fx.one, fx.hi) if attention == "softmax" else fx.hi))
+                low = n * (fx.lo if fx.accumulate == "product"
+                           else fx.lo * (min(fx.one, fx.hi) if attention == "softmax" else fx.hi))
                 assert ((P - low >= 0) & (P - low < size)).all(), trial
             if attention == "softmax":
                 assert ((t.Z_A >= 0) & (t.Z_A < r.Z_A) & (t.Z_B >= 0) & (t.Z_B < r.Z_B)).all()
@@ -146,7 +147,8 @@ def test_the_protocol_refuses_what_it_does_not_describe():
 def test_the_cli_refuses_the_protocol_outside_its_conditions(tmp_path, capsys):
     path = tmp_path / "m.npz"
     verifier.save_model(random_model(make_task("equality", 8), 1, 2, "softmax", np.random.default_rng(0)), path)
-    code = cli.main(["refute", "equality", "--N", "8", "--format", "b2:1", "--model", str(path), "--method", "protocol"])
+    code = cli.main(["refute", "equality", "--N", "8", "--format", "b2:1", "--model", str(path),
+                     "--method", "protocol"])
     assert code == 2 and "binary fixed point" in capsys.readouterr().err
     two = tmp_path / "two.npz"
     model = random_model(make_task("equality", 8), 1, 2, "softmax", np.random.default_rng(0))
@@ -279,7 +281,8 @@ def test_cli_impossible_and_refute(capsys, tmp_path):
 
 # -- every task of issue 23 through `verify refute` -----------------------------------------------
 REF_FIRST_IS_LAST = "def f(s):\n    return int(s[0] == s[-1])\n"
-REF_PARITY = "def f(s):\n    out, c = [], 0\n    for t in s:\n        c ^= t == 'b'\n        out.append(int(c))\n    return out\n"
+REF_PARITY = ("def f(s):\n    out, c = [], 0\n    for t in s:\n        c ^= t == 'b'\n        out.append(int(c))\n"
+              "    return out\n")
 
 
 def _user_task(tmp_path, which):
@@ -427,7 +430,7 @@ def test_the_largest_impossible_p_is_where_the_count_stops_excluding():
         P = largest_impossible_p(name, N, parse_family(family))
         size = fooling.size(name, N)
 
-        def impossible(p):  # the verdict's own test: the count below the set
+        def impossible(p, family=family, size=size):  # the verdict's own test: the count below the set
             return shapes.count(shapes.parse_shape(f"{family},{p}"), size).value < size.members
         assert P >= 2 and all(impossible(p) for p in range(2, P + 1)) and not impossible(P + 1), (name, P)
 

@@ -85,7 +85,8 @@ def test_empty_readout_is_an_input_error(capsys, tmp_path):
 
     path = edit_model_file(src, tmp_path / "empty.npz", arrays=empty)
     for engine in ("auto", "smt", "smt-int", "exhaustive"):
-        code, _, err = run(capsys, "run", "--model", path, "--task", "equality", "--N", 8, "--p", 12, "--engine", engine)
+        code, _, err = run(capsys, "run", "--model", path, "--task", "equality", "--N", 8, "--p", 12,
+                           "--engine", engine)
         assert code == 2 and "'U.W' has no rows" in err and len(err.splitlines()) == 1
     model = verifier.load_model(src)
     model.readout.W_U, model.readout.b_U = np.zeros((0, model.d)), np.zeros(0)

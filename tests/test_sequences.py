@@ -134,7 +134,8 @@ def test_the_printed_sht_spacing_confuses_a_mismatch_with_the_start_token():
         assert "2408.14332" not in result.summary()
     from verifier.constructions import CONSTRUCTIONS
     variants = CONSTRUCTIONS["induction_heads"].variants  # what `verify list` prints
-    assert all("2402.09268" in variants[v] and "as transcribed, unverified" in variants[v] for v in ("sht", "sht-printed"))
+    assert all("2402.09268" in variants[v] and "as transcribed, unverified" in variants[v]
+               for v in ("sht", "sht-printed"))
     from verifier import exact
     problem = verifier.build_problem("induction_heads", N=6, sigma=4, p=24, f=12, variant="sht-printed")
     first = next(c for c in r.counterexamples if c.expected == "BOT")
@@ -207,7 +208,7 @@ def test_recurrent_evaluator_matches_a_per_step_reference(overflow):
 @pytest.mark.slow
 def test_per_position_readout_matches_the_reference():
     rng = np.random.default_rng(11)
-    for trial in range(8):
+    for _ in range(8):
         model = random_model(rng, 3, 4, C=3, readout="argmax")
         model.readout.positions = "all"
         ev = make_evaluator(model, FixedPoint(8, 3))

@@ -1,6 +1,6 @@
-"""The two-layer constructions of Bhattamishra et al. 2024 (arXiv:2406.09347): the tasks' ground truths, the corrected variants proved, the
-failing variants refuted by an engine, and the errata report (issue 4).  The printed variants read
-charitably are in test_printed.py."""
+"""The two-layer constructions of Bhattamishra et al. 2024 (arXiv:2406.09347): the tasks' ground truths, the
+corrected variants proved, the failing variants refuted by an engine, and the errata report (issue 4).  The
+printed variants read charitably are in test_printed.py."""
 
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ def test_a_function_given_in_python_cannot_exit_for_verify():
         make_task("reference", N=2, reference=leaves, vocab="a,b")
 
 
-HANG = "import os, pathlib\npathlib.Path('pid').write_text(str(os.getpid()))\ndef fn(t):\n    while True:\n        pass\n"
+HANG = ("import os, pathlib\npathlib.Path('pid').write_text(str(os.getpid()))\n"
+        "def fn(t):\n    while True:\n        pass\n")
 
 
 def gone(pid: int) -> bool:

@@ -38,7 +38,8 @@ def init(task, shape: Shape, rng: np.random.Generator) -> dict:
     return {k: rng.normal(0, 0.5, s) for k, s in shapes.items()}
 
 
-def loss_and_grads(w: dict, T: np.ndarray, y: np.ndarray, shape: Shape, threshold: bool) -> tuple[float, dict, np.ndarray]:
+def loss_and_grads(w: dict, T: np.ndarray, y: np.ndarray, shape: Shape,
+                   threshold: bool) -> tuple[float, dict, np.ndarray]:
     """Cross-entropy of the readout on tokens T (B, n) with answers y, its gradients, and the outputs."""
     B, H, m = len(T), shape.heads, shape.m
     X = w["E"][T] + w["P"][None]

@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--fast", action="store_true", help="skip the transcripts marked slow")
     which.add_argument("--slow", action="store_true", help="only the transcripts marked slow")
     regen.add_argument("--no-transcripts", action="store_true", help="only the generated pages")
-    regen.add_argument("--line", type=int, action="append", help="only the block whose fence is on this line (repeatable)")
+    regen.add_argument("--line", type=int, action="append",
+                       help="only the block whose fence is on this line (repeatable)")
     regen.add_argument("files", nargs="*", help="docs to regenerate (default: README.md and docs/**/*.md)")
     sub.add_parser("check", help="list generated pages that are stale (no transcript is run)")
     args = parser.parse_args(argv)

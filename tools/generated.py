@@ -17,7 +17,8 @@ from pathlib import Path
 from tools.transcripts import DOCS, ROOT
 
 CLI_PAGE = "docs/cli.md"
-REGION = re.compile(r"(<!-- generated: (?P<kind>\w+) (?P<arg>\S+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
+REGION = re.compile(r"(<!-- generated: (?P<kind>\w+) (?P<arg>\S+) -->\n)(?P<body>.*?)(<!-- end generated -->)",
+                    re.DOTALL)
 
 
 def cli_reference() -> str:
@@ -39,7 +40,8 @@ def cli_reference() -> str:
     for name in names:
         cmd = cli.get_command(ctx, name)
         sub = click.Context(cmd, info_name=name, parent=ctx)
-        out += ["", f"## verify {name}", "", "```text", f"Usage: verify {name} {' '.join(cmd.collect_usage_pieces(sub))}",
+        out += ["", f"## verify {name}", "", "```text",
+                f"Usage: verify {name} {' '.join(cmd.collect_usage_pieces(sub))}",
                 "```", "", inspect.cleandoc(cmd.help or ""), ""]
         params = [p for p in cmd.get_params(sub) if isinstance(p, click.Option) and p.name != "help"]
         args = [p for p in cmd.get_params(sub) if isinstance(p, click.Argument)]
@@ -52,7 +54,8 @@ def cli_reference() -> str:
                 value = "flag" if p.is_flag else _cell(_metavar(p, sub))
                 default = "" if p.is_flag or callable(p.default) or p.default is None or p.default == () \
                     or type(p.default).__name__ == "Sentinel" else p.default
-                out.append(f"| `{', '.join(p.opts + p.secondary_opts)}` | {value} | {_cell(str(default))} | {_cell(p.help or '')} |")
+                out.append(f"| `{', '.join(p.opts + p.secondary_opts)}` | {value} | {_cell(str(default))} "
+                           f"| {_cell(p.help or '')} |")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -89,7 +92,8 @@ RENDERERS = {"sweep": sweep_table}
 
 
 def render_regions(text: str) -> str:
-    return REGION.sub(lambda m: m.group(1) + "\n" + RENDERERS[m.group("kind")](m.group("arg")) + "\n" + m.group(5), text)
+    return REGION.sub(lambda m: m.group(1) + "\n" + RENDERERS[m.group("kind")](m.group("arg")) + "\n" + m.group(5),
+                      text)
 
 
 def expected() -> dict[Path, str]:

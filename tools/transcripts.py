@@ -17,7 +17,8 @@ verdict), since on success stderr carries only progress and notes that vary betw
 (durations, rates, scratch paths).  Every transcript is a pytest `slow` test (a new process each:
 outside the fast tier, in CI's full run).  Words after `console` mark the block: `slow` (more than
 a few seconds: `regenerate --fast` skips it), `long` (minutes: pytest's `long` mark too, so CI's run
-leaves it out; `python3 -m pytest -m long tests/test_docs.py` or a regeneration runs it) and `example` (shown, not run: output that cannot be reproduced on demand, such as
+leaves it out; `python3 -m pytest -m long tests/test_docs.py` or a regeneration runs it) and
+`example` (shown, not run: output that cannot be reproduced on demand, such as
 a Ctrl-C or a benchmark's timings; use sparingly) and `stderr` (show stderr on success too,
 interleaved with stdout: for a note that belongs to the output, like `verify tracr`'s compile line).
 

@@ -17,7 +17,7 @@ from .model import Head, Layer, Model, Readout
 from .modelfile import load_model, save_model
 from .result import Counterexample, Result
 
-__all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "Fixed", "FixedPoint", "Grid", "Real",
-           "make_format", "InputError",
+__all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "Fixed", "FixedPoint",
+           "Grid", "Real", "make_format", "InputError",
            "InternalError", "Evaluator", "reference", "trace", "Head", "Layer", "Model", "Readout", "load_model",
            "save_model", "Counterexample", "Result", "ErrorCount", "count_errors"]

@@ -593,7 +593,8 @@ def parse_format(spec: Optional[str]) -> tuple[str, object]:
                 raise ValueError
             step, top = Fraction(parts[0]), Fraction(parts[1])
         except (ValueError, ZeroDivisionError):
-            raise InputError(f"--format {text}: grid:STEP:MAX takes two rational numbers (e.g. grid:1/144:144)") from None
+            raise InputError(f"--format {text}: grid:STEP:MAX takes two rational numbers "
+                             "(e.g. grid:1/144:144)") from None
         return "grid", (step, top)
     raise InputError(f"--format {text!r} is not a format: use {FORMAT_HELP}")
 

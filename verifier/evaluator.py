@@ -452,7 +452,8 @@ class Evaluator(_Reader):
         pred, tie = self._decide(y)
         return sats.outputs(y, pred, tie, every)
 
-    def finish_layer(self, li: int, Xq: np.ndarray, outs: list[np.ndarray], ctx: Ctx, rec: Recorder = None) -> np.ndarray:
+    def finish_layer(self, li: int, Xq: np.ndarray, outs: list[np.ndarray], ctx: Ctx,
+                     rec: Recorder = None) -> np.ndarray:
         """Layer li after its heads, position by position: the heads' outputs `outs` (per head
         (B, Lq, m_v)) through W_O, the residual from Xq (B, Lq, d) and the FFN."""
         layer, arith = self.q.layers[li], self.arith

@@ -243,7 +243,7 @@ def _read_state(ex: _Exact, tokens: np.ndarray, prec: int) -> Enc:
         h = w["R.h0"].map(lambda a: np.broadcast_to(a, (B, model.d)))
         states = []
         for t in range(L):
-            h = (lin(w["R.W"], h, w["R.b"]) + w["R.U"].map(lambda a: a[tokens[:, t]])).relu().reduced()
+            h = (lin(w["R.W"], h, w["R.b"]) + w["R.U"].map(lambda a, t=t: a[tokens[:, t]])).relu().reduced()
             states.append(h)
         den = math.lcm(*(st.den for st in states))
         H = Enc(np.stack([st.over(den).lo for st in states], axis=1), None, den)
@@ -255,10 +255,10 @@ def _read_state(ex: _Exact, tokens: np.ndarray, prec: int) -> Enc:
     for li, layer in enumerate(model.layers):
         last = li == len(model.layers) - 1
         qpos = pos[-1:] if last and not every else pos
-        Xq = X.map(lambda a: a[:, qpos])
+        Xq = X.map(lambda a, qpos=qpos: a[:, qpos])
         allowed = (qpos[:, None] >= pos[None, :]) if layer.causal else None
         outs = []
-        for hi, head in enumerate(layer.heads):
+        for hi, _ in enumerate(layer.heads):
             name = f"L{li}.H{hi}"
             q = lin(w[f"{name}.W_Q"], Xq, w.get(f"{name}.b_Q"))
             k = lin(w[f"{name}.W_K"], X, w.get(f"{name}.b_K"))
@@ -444,8 +444,11 @@ class ExactOutcome:
         expected = ""
         if self.expected is not None and task is not None:
             e = self.expected[self.position] if self.position is not None else self.expected
-            expected = f"expected {task.answer_name(int(e)) if not self.per_position or self.position is not None else task.answer_text(e)}, "
-        return f"{head} in exact arithmetic ({how}): {at}{expected}got {self.produced(task)}, margin {interval_text(self.margin)}"
+            answer = (task.answer_name(int(e)) if not self.per_position or self.position is not None
+                      else task.answer_text(e))
+            expected = f"expected {answer}, "
+        return (f"{head} in exact arithmetic ({how}): {at}{expected}got {self.produced(task)}, "
+                f"margin {interval_text(self.margin)}")
 
 
 def interval_text(m: Optional[Interval]) -> str:
@@ -483,7 +486,7 @@ def _evaluate(ex: _Exact, tokens: np.ndarray, expected, max_prec: int) -> list[E
             exp_i = None if expected is None else expected[i]
             decisions = []
             for r in range(X.lo.shape[1]):
-                x = X.map(lambda a: a[row, r])
+                x = X.map(lambda a, row=row, r=r: a[row, r])
                 want = None if exp_i is None else (exp_i[r] if per_position else exp_i)
                 decisions.append(readout.decide(x, want))
             o = ExactOutcome([int(t) for t in tokens[i]], decisions, per_position, exp_i,
@@ -566,7 +569,8 @@ class ExactSearch:
                  + (f", variant {info['variant']}" if info.get("variant") else "") + f" on {task.name} "
                  + task_text(task.describe()),
                  f"  arithmetic  exact: the weights as the rationals they hold, every linear operation in rationals, "
-                 f"exp enclosed by mpmath interval arithmetic (refined up to {self.max_prec} bits); no rounding, no range",
+                 f"exp enclosed by mpmath interval arithmetic (refined up to {self.max_prec} bits); "
+                 "no rounding, no range",
                  f"  inputs      {self.covered:,} of {self.total:,} covered"
                  + (f" ({self.checked:,} of them inputs with an answer)" if self.checked != self.covered else "")
                  + f": {self.right:,} right, {len(self.wrong):,} wrong, {len(self.undecided):,} undecided"]

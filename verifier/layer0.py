@@ -102,8 +102,9 @@ def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray,
     2^f) has exact products q_c (k_c num / den), which never round, and which cannot saturate when
     |q_c| |k_c num / den| <= hi.  Those columns are one
     float64 matrix product (exact: every partial sum stays below 2^53); columns with few distinct
-    key codes go through indicators (`_by_indicators`); the rest are summed product by product.  Wide accumulation is one exact matrix product when its sums fit
-    2^53, and product by product otherwise."""
+    key codes go through indicators (`_by_indicators`); the rest are summed product by product.
+    Wide accumulation is one exact matrix product when its sums fit 2^53, and product by product
+    otherwise."""
     nq, nk = len(Q), len(K)
     require_memory(8.0 * 3 * nq * nk, f"the layer-0 logit table ({nq:,} x {nk:,})")
     m = Q.shape[1]

@@ -124,7 +124,8 @@ class Result:
     def summary(self) -> str:
         a = self.arithmetic
         theorem = self.construction.get("theorem")
-        lines = [f"{self.verdict.upper()}{' (cached)' if self.cached else ''}: {self.construction.get('construction', '?')}"
+        lines = [f"{self.verdict.upper()}{' (cached)' if self.cached else ''}: "
+                 f"{self.construction.get('construction', '?')}"
                  + (f" ({theorem})" if theorem else "") + f" on {self.task['name']} "
                  + task_text(self.task)]
         error = a["quantization_error"]  # None: the run stopped before the model was quantized
@@ -178,7 +179,8 @@ class Result:
             else:  # the boxes decided correct before the run stopped, not every input
                 certified = f"; on the boxes decided correct, every margin >= {margin:g} (certified)"
             lines.append(f"  bounds      {st['cases']:,} case splits: {st['boxes']:,} boxes bounded, branching depth "
-                         f"<= {st['max_depth']}, {st['leaves']:,} small boxes split into their {st['leaf_inputs']:,} inputs"
+                         f"<= {st['max_depth']}, {st['leaves']:,} small boxes split into their "
+                         f"{st['leaf_inputs']:,} inputs"
                          + certified)
         if "reachable_pairs" in st:
             closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"

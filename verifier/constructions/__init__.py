@@ -7,8 +7,9 @@ the model's width d and rows, the tables it draws, their memory; `verifier.suppo
 that cannot fit is refused there, with nothing built.  ``kc`` is the arithmetic's
 Kc at the task's N (`Fixed.kc`): Bhattamishra et al.'s printed scales depend on the precision
 through Kc, whose grid has step N^-Kc (Appendix B.2): for FX(p, f), Kc = f / log2 N; for the B.2
-grid, its own Kc; for a grid of step 1/D, log D / log N (docs/constructions.md, "Conventions").  A variant that cannot be built as printed is listed in
-``unbuildable`` with the reason, which is the error a user who asks for it gets.
+grid, its own Kc; for a grid of step 1/D, log D / log N (docs/constructions.md, "Conventions").
+A variant that cannot be built as printed is listed in ``unbuildable`` with the reason, which is
+the error a user who asks for it gets.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ no construction.
 
 With c(v; M) = (cos 2 pi v/M, sin 2 pi v/M), the residual stream is
 
-    blk (L + 2: z_L .. z_1, z_0, w) | ONE | VAL (2) | KA_1 (2) | KA_l, KB_l (2 + 2, l = 2..L) | W_l (2, l < L) | R_0 .. R_L (2 each)
+    blk (L + 2: z_L .. z_1, z_0, w) | ONE | VAL (2) | KA_1 (2) | KA_l, KB_l (2 + 2, l = 2..L)
+        | W_l (2, l < L) | R_0 .. R_L (2 each)
 
 A value token of block l carries VAL = c(v; N_{l-1}) (z_0: c(z_0; N_0)); the query token carries
 W_l = c(w_l; n).  Positions carry the keys, private to their block: offset e of block 1 has
@@ -112,7 +113,8 @@ def build(task, variant: str = "designed", k=None, eta=None, seed: int = 0, kc=N
         kk = [{(f"KA{l}", c): 1.0} for c in range(2)] + [{(f"KB{l}", c): 1.0} for c in range(2)]
         layers.append(lookup(q, kk, f"R{l}"))
     C = sizes[L - 1]
-    W_U = matrix(Lay, [{(f"R{L}", 0): float(c[0]), (f"R{L}", 1): float(c[1])} for c in (_angle(v, C) for v in range(C))])
+    W_U = matrix(Lay, [{(f"R{L}", 0): float(c[0]), (f"R{L}", 1): float(c[1])}
+                       for c in (_angle(v, C) for v in range(C))])
     model = Model(E=E, P=P, P_mask=np.ones(len(task.vocab), bool), layers=layers,
                   readout=Readout(W_U, np.zeros(C), "argmax"), vocab=list(task.vocab),
                   info={"construction": "composition", "theorem": THEOREM, "variant": variant, "depth": L,

@@ -150,4 +150,5 @@ def _recurrent(task) -> Recurrent:
     W_U = np.vstack([np.zeros(h), enters[0]])
     return Recurrent(U, W, b, np.zeros(h), Readout(W_U, np.array([0.5, 0.0]), "argmax", positions="all"),
                      list(task.vocab), {"construction": "dyck22", "theorem": THEOREM, "variant": "recurrent",
-                                        "hidden": h, "states": live, "n_params": int(U.size + W.size + 2 * h + W_U.size + 2)})
+                                        "hidden": h, "states": live,
+                                        "n_params": int(U.size + W.size + 2 * h + W_U.size + 2)})

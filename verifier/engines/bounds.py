@@ -545,11 +545,13 @@ class _Run:
             dom = self._positions(boxes, rows, p)
             per = ("ovf", p)
             if per not in self._cache:
-                anyof = np.array([pair[:-1, d].any(axis=1) for d in self.domains]).reshape(len(self.domains), self.L - 1)
+                anyof = np.array([pair[:-1, d].any(axis=1) for d in self.domains]).reshape(len(self.domains),
+                                                                                          self.L - 1)
                 self._cache[per] = anyof
             single = dom < 0
             flags = np.where(single, pair[np.arange(self.L - 1), np.where(single, -1 - dom, 0)],
-                             self._cache[per][np.maximum(dom, 0), np.arange(self.L - 1)] if len(self.domains) else False)
+                             self._cache[per][np.maximum(dom, 0), np.arange(self.L - 1)] if len(self.domains)
+                             else False)
             ovf[rows] = flags.any(axis=1)
         ovf |= pair[-1, qtok]
         for h in self.m.heads:
@@ -603,7 +605,8 @@ class _Run:
             heads.append(_HeadBounds(slo, shi, b, j, alo, ahi, tlo, thi, raw_lo, raw_hi))
         return _Attention(heads, ovf)
 
-    def _value_bounds(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray, key) -> tuple[np.ndarray, np.ndarray]:
+    def _value_bounds(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray,
+                      key) -> tuple[np.ndarray, np.ndarray]:
         """(K, mv) bounds of the value vectors at the entries (box b, position j)."""
         mv = h.v.values.shape[1]
         vlo, vhi = np.empty((len(b), mv), np.int64), np.empty((len(b), mv), np.int64)
@@ -735,7 +738,8 @@ class _Run:
         truth[fixed] = self.answer_table[boxes.case[fixed], -1 - held[fixed]]
         return truth
 
-    def _verdict(self, ylo: np.ndarray, yhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _verdict(self, ylo: np.ndarray, yhi: np.ndarray, ovf: np.ndarray,
+                 truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per box: 1 (correct on all of it), -1 (fails on all of it) or 0; and the margin's lower
         bound in real units (as `Evaluator.margins` measures margins)."""
         ro, fx = self.q.readout, self.fx

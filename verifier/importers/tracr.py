@@ -106,7 +106,8 @@ def compile_program(spec: str, vocab: list[str], max_len: int, *, causal: bool =
         raise InputError(f"--max-len must be an integer >= 1, got {max_len!r}")
     if BOS in vocab or PAD in vocab:
         raise InputError(f"the vocabulary may not hold {BOS} or {PAD} (Tracr's own tokens)")
-    return usercode.call(_compile, (spec, list(vocab), max_len, causal, mlp_exactness, seed), f"the Tracr program {spec}")
+    return usercode.call(_compile, (spec, list(vocab), max_len, causal, mlp_exactness, seed),
+                         f"the Tracr program {spec}")
 
 
 def _compile(spec: str, vocab: list[str], max_len: int, causal: bool, mlp_exactness: int, seed: int) -> Compiled:
@@ -144,7 +145,7 @@ def _convert(assembled, program, vocab: list[str], spec: str, causal: bool, exac
     scale = 1.0 / math.sqrt(ks)
     layers = []
     for li in range(cfg.num_layers):
-        at = lambda block: params[f"transformer/layer_{li}/{block}"]
+        at = lambda block, li=li: params[f"transformer/layer_{li}/{block}"]
         q, k, v, o = at("attn/query"), at("attn/key"), at("attn/value"), at("attn/linear")
         biases = any(np.any(a["b"] != 0) for a in (q, k, v, o))
         heads = []

@@ -326,7 +326,8 @@ def render(kind: str, doc: dict, source: str = "") -> str:
         else:
             body += "<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Run</h2>" + _table(_run_rows(doc))
             body += _counterexample(doc["counterexample"])
-            body += _trace(doc["trace"], doc.get("first_departure"), doc.get("residual_rows")) + _attention(doc["trace"])
+            body += (_trace(doc["trace"], doc.get("first_departure"), doc.get("residual_rows"))
+                     + _attention(doc["trace"]))
             body += _weights(doc.get("quantized_weights") or {})
     foot = f"<p class='note'>made by verify from {_e(source)}</p>" if source else ""
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"

@@ -111,7 +111,8 @@ class ErrorCount:
                          + ("" if every else f" ({self.status}: a prefix)"))
         else:
             lo, hi = self.interval
-            lines.append(f"  count       sampled: {count_text(self.errors)} of {count_text(self.evaluated)} uniform draws "
+            lines.append(f"  count       sampled: {count_text(self.errors)} of {count_text(self.evaluated)} "
+                         "uniform draws "
                          f"fail{share} of the {count_text(self.inputs)} that are inputs ({kinds}); drawn with "
                          f"replacement from the {count_text(self.total)} members, seed {self.seed}, in "
                          f"{self.seconds:.2f} s")

@@ -48,7 +48,8 @@ class FoolingSet:
     B: np.ndarray  # (G, |bob|); two-way: member i is (A[i], B[i])
     two_way: bool
     size: int  # members of the whole set (A may be a sample of it)
-    separator: Optional[Callable[[int, int], int]] = field(default=None, repr=False)  # one-way: a B row telling A[i], A[j] apart
+    # one-way: a B row telling A[i], A[j] apart
+    separator: Optional[Callable[[int, int], int]] = field(default=None, repr=False)
 
     @property
     def length(self) -> int:

@@ -103,11 +103,13 @@ class Refutation:
     def summary(self) -> str:
         a = self.arithmetic
         lines = [f"{self.verdict.upper()} by {self.method}: {self.model.get('construction', 'user model')} on "
-                 f"{self.task['name']} " + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs")),
+                 f"{self.task['name']} "
+                 + ", ".join(f"{k}={v}" for k, v in self.task.items() if k not in ("name", "inputs")),
                  "  arithmetic  " + (f"FX(p={a['p']}, f={a['f']}) rounding={a['rounding']} overflow={a['overflow']} "
                                      f"accumulate={a['accumulate']}" if "p" in a else format_text(a))]
         lines += [f"  {c.line()}" for c in self.counterexamples]
-        lines += [f"  argument    {line}" if i == 0 else f"              {line}" for i, line in enumerate(self.argument)]
+        lines += [f"  argument    {line}" if i == 0 else f"              {line}"
+                  for i, line in enumerate(self.argument)]
         if self.bound:
             lines.append(f"  bound       {self.bound['statement']}")
         lines += [f"  finding     {line}" for line in self.findings]
@@ -601,7 +603,8 @@ def random_model(task, heads: int, width: int, attention: str, rng: np.random.Ge
     return Model(E=rng.normal(0, 1, (V, d)), P=rng.normal(0, 1, (n, d)), P_mask=np.ones(V, bool), layers=[layer],
                  readout=Readout(rng.normal(0, 1, (C, d)), rng.normal(0, 1, C), task.readout,
                                  positions="all" if task.per_position else "last"),
-                 vocab=list(task.vocab), info={"construction": f"random ({heads} {attention} head{'s' if heads > 1 else ''}, width {width})"})
+                 vocab=list(task.vocab),
+                 info={"construction": f"random ({heads} {attention} head{'s' if heads > 1 else ''}, width {width})"})
 
 
 def refute_random(task, problem_options: dict, count: int, heads: int, width: int, attention: str,

@@ -80,11 +80,13 @@ def parse_family(text: str) -> shapes.Shape:
     try:
         return shapes.parse_shape(with_p)
     except InputError:
-        raise InputError(f"a family of shapes is rnn:M or tf1:H,M[,softmax|relu] (the bits vary), got {text!r}") from None
+        raise InputError("a family of shapes is rnn:M or tf1:H,M[,softmax|relu] (the bits vary), "
+                         f"got {text!r}") from None
 
 
 def family_label(s: shapes.Shape) -> str:
-    return f"rnn:{s.width}" if s.kind == "rnn" else f"tf1:{s.heads},{s.width}" + (f",{s.attention}" if s.attention else "")
+    return (f"rnn:{s.width}" if s.kind == "rnn"
+            else f"tf1:{s.heads},{s.width}" + (f",{s.attention}" if s.attention else ""))
 
 
 def largest_impossible_p(name: str, N: int, family: shapes.Shape, **options) -> Optional[int]:

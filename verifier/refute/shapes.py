@@ -272,7 +272,8 @@ def synthesis_check(task, shape: Shape, f: Optional[int], rounding: Optional[str
             assert fs.position == rows.shape[1] - 1  # the family reads the last position
             answers, valid = fooling.answers_at(task, rows, fs.position)
             parts = len(fs.A)
-            what = f"the fooling set's inputs (every Alice part with every Bob part, the answer at position {fs.position})"
+            what = ("the fooling set's inputs (every Alice part with every Bob part, "
+                    f"the answer at position {fs.position})")
             s = synthesis.synthesize_inputs(task, rows[valid].tolist(), answers[valid].tolist(), shape.heads,
                                             shape.width, fx, timeout, solver)
     except InputError as exc:

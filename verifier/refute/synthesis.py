@@ -74,7 +74,8 @@ def family_model(task, heads: int, width: int, weights: dict) -> Model:
     E[:, :V] = np.eye(V)
     P = np.zeros((n, d))
     P[:, V:V + n] = np.eye(n)
-    hs = [Head(*(np.pad(weights[f"{key}{h}"], ((0, 0), (0, width)), constant_values=Fraction(0))  # exact weights stay exact
+    # exact weights stay exact
+    hs = [Head(*(np.pad(weights[f"{key}{h}"], ((0, 0), (0, width)), constant_values=Fraction(0))
                  for key in ("Q", "K", "V"))) for h in range(heads)]
     W_O = np.zeros((d, width))
     W_O[V + n:, :] = np.eye(width)
@@ -249,7 +250,7 @@ def certificate_lines(out: Synthesis, fx: Fixed) -> list[str]:
     """What `decide_certificate` found, with the arithmetic, the family and the escaping model's run."""
     heads, width = out.shape["heads"], out.shape["width"]
     binary = isinstance(fx, FixedPoint)
-    weights = f"{fx.p}-bit weights" if binary else "weights on the grid"
+    weights = f"{fx.p}-bit weights" if isinstance(fx, FixedPoint) else "weights on the grid"
     family = f"1-layer ReLU model with {heads} head(s) of width {width} and {weights}"
     what = {"impossible": f"IMPOSSIBLE: no {family} gets all {out.members} right",
             "escapes": f"ESCAPES: a {family} gets all {out.members} right in {'FX' if binary else 'the grid'}",
@@ -285,9 +286,10 @@ def synthesize_inputs(task, members: list, labels: list, heads: int, width: int,
                       timeout: Optional[float] = None, solver: str = "z3", symmetry: bool = True) -> Synthesis:
     """Is there a model of the family (see the module) that answers every one of `members` (token
     lists, read at the last position) with its label?  The formula with the symmetry order
-    (`family_formula`; `symmetry=False` without it), decided by `solver` (z3, bitwuzla, cvc5 or portfolio: `solvers.solve` on its
-    SMT-LIB text).  SAT: the model, every member replayed on the evaluator (a wrong one is an
-    internal error).  UNSAT: no model of the family gets them all right at this precision."""
+    (`family_formula`; `symmetry=False` without it), decided by `solver` (z3, bitwuzla, cvc5 or
+    portfolio: `solvers.solve` on its SMT-LIB text).  SAT: the model, every member replayed on the
+    evaluator (a wrong one is an internal error).  UNSAT: no model of the family gets them all
+    right at this precision."""
     from ..smt import solvers
     solvers.check_choice(solver)
     if len(members) > MAX_DATASET:
@@ -360,7 +362,8 @@ def synthesize_recurrent(task, width: int, fx: FixedPoint, timeout: Optional[flo
     total = sum(len(t) for t, _ in data)
     if total > max_inputs or task.per_position:
         raise InputError(f"bounded synthesis over the whole dataset takes at most {max_inputs} inputs read at the "
-                         f"last position; {task.name} has {total}" + (" read at every position" if task.per_position else ""))
+                         f"last position; {task.name} has {total}"
+                         + (" read at every position" if task.per_position else ""))
     V, C, m = len(task.vocab), task.num_classes, width
     S = SymFX(fx, [np.array([0])], width=2 * fx.p + int(np.ceil(np.log2(m + V + C + 4))) + 4)
     variables = {}

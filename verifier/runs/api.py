@@ -224,7 +224,8 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
     if smtlib is not None:
         smt = [name for name in ENGINES if name.startswith("smt")]
         if engine not in smt:  # another engine would write nothing there
-            raise InputError(f"--smtlib writes the SMT engine's cases: it needs --engine {', '.join(smt)} (not {engine})")
+            raise InputError(f"--smtlib writes the SMT engine's cases: it needs --engine {', '.join(smt)} "
+                             f"(not {engine})")
         Path(smtlib).mkdir(parents=True, exist_ok=True)
         earlier = sorted(Path(smtlib).glob("case-*.smt2"))
         if earlier:  # the engine never overwrites a case file: refused now, not after the cases before it
@@ -366,7 +367,8 @@ def explain(problem: Problem, tokens: np.ndarray, quantized: Optional[Evaluator 
                   real_margin)
 
 
-def replay(problem: Problem, found: Found, quantized: Optional[Evaluator | RecurrentEvaluator] = None) -> Counterexample:
+def replay(problem: Problem, found: Found,
+           quantized: Optional[Evaluator | RecurrentEvaluator] = None) -> Counterexample:
     """Re-evaluate a reported failure on the generic path, against the task's own answer.
 
     A failure that does not reproduce exactly (same answer, same kind of failure, same position)

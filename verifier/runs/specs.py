@@ -247,7 +247,8 @@ def check(specs: list[Spec], profile: Optional[str] = None, engine: Optional[str
                 else:
                     outcomes[i] = Outcome(spec, value.verdict, value.verdict == spec.expect, value,
                                           seconds=value.seconds)
-                overall.add(outcomes[i].result is not None and outcomes[i].result.cached)
+                result = outcomes[i].result
+                overall.add(result is not None and result.cached)
                 show()
         except KeyboardInterrupt:  # a verdict cut short is no outcome, even where unknown was expected
             done.interrupted = [s.name for i, s in enumerate(selected) if i not in outcomes]

@@ -19,7 +19,7 @@ import functools
 import io
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ..support import interrupts
 from ..support import usercode
@@ -266,14 +266,16 @@ class FormatFrontier:
         return {"task": self.task, "N": self.N, "best": self.best, "by_f": {f: fr.to_json() for f, fr in self.by_f}}
 
 
-def sweep(task: "str | Task", Ns: list[int], ps: list[int], fs: list[Optional[int]] = (None,), *,
+def sweep(task: "str | Task", Ns: list[int], ps: list[int], fs: Sequence[Optional[int]] = (None,), *,
           int_bits: Optional[int] = None, **options) -> "Frontier | FormatFrontier":
     """The sweep the ranges ask for: `frontier` over N and p at one f (None: p // 2, or p - int_bits),
     or with several f, `format_frontier` at one N (each f fixed: no int_bits)."""
     if len(fs) > 1:
         if len(Ns) != 1 or int_bits is not None:
             raise InputError("a range of --f takes one N and no --int-bits (it fixes f at each value)")
-        return format_frontier(task, Ns[0], ps, list(fs), **options)
+        fixed = [f for f in fs if f is not None]
+        assert len(fixed) == len(fs)  # a range of --f is of ints; None (f from p) comes alone
+        return format_frontier(task, Ns[0], ps, fixed, **options)
     return frontier(task, Ns, ps, f=fs[0], int_bits=int_bits, **options)
 
 

@@ -142,7 +142,8 @@ class _Maps:
     def dot(self, a, b, bias=None):
         S, fx = self.S, self.fx
         # R(0 * x) = 0 in every rounding mode and never saturates: drop products with a constant 0
-        pairs = [(x, y) for x, y in zip(a, b) if not ((x.is_const and x.value() == 0) or (y.is_const and y.value() == 0))]
+        pairs = [(x, y) for x, y in zip(a, b)
+                 if not ((x.is_const and x.value() == 0) or (y.is_const and y.value() == 0))]
         a, b = [x for x, _ in pairs], [y for _, y in pairs]
         if fx.accumulate == "product":
             terms = [S.sat(S.rescale(S.mul(x, y))) for x, y in zip(a, b)]

@@ -48,4 +48,5 @@ def make_task(name: str, N: int, **params) -> Task:
 
 
 __all__ = ["Batch", "Case", "Task", "TaskOption", "IndexLookup", "Equality", "SparseThreshold", "Disjointness",
-           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TemplateMatching", "Ictm", "InductionHeads", "Dyck22", "Composition", "ReferenceTask", "DatasetTask", "TASKS", "make_task", "canonical", "task_options", "flag"]
+           "NearestNeighbour", "Mqar", "Memorization", "Icqa", "TemplateMatching", "Ictm", "InductionHeads", "Dyck22",
+           "Composition", "ReferenceTask", "DatasetTask", "TASKS", "make_task", "canonical", "task_options", "flag"]
