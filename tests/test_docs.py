@@ -18,6 +18,8 @@ def _examples():
             marks = [pytest.mark.slow] + ([pytest.mark.long] if example.parsed.long else [])
             if example.parsed.example:
                 marks.append(pytest.mark.skip(reason="marked example: shown, not run"))
+            elif transcripts.missing_extras(example.parsed):
+                marks.append(pytest.mark.skip(reason=f"needs the extra(s) {transcripts.missing_extras(example.parsed)}"))
             yield pytest.param(example, id=f"{doc}:{example.line}", marks=marks)
 
 
@@ -115,4 +117,19 @@ def test_a_traceback_is_never_an_output(tmp_path):
         example.evaluate()
     with pytest.raises(transcripts.TranscriptError):
         transcripts.regenerate(doc, log=lambda *_: None)
+    assert doc.read_text() == text
+
+
+def test_a_transcript_that_needs_a_missing_extra_is_skipped(tmp_path, monkeypatch):
+    """Without tracr (or matplotlib, dask, the solvers), the transcripts that use it skip, as the
+    extras' own tests do, and regeneration leaves them as they are."""
+    import importlib.util
+    doc = tmp_path / "extra.md"
+    text = "```console\n$ verify tracr lib:make_length --vocab a,b --max-len 3 --p 8\nnot run\n```\n"
+    doc.write_text(text)
+    (example,) = transcripts.load(doc).examples()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tracr" else real(name, *a))
+    assert transcripts.missing_extras(example.parsed) == ["tracr"]
+    transcripts.regenerate(doc, log=lambda *_: None)
     assert doc.read_text() == text

@@ -59,6 +59,26 @@ NORMALISE = [
 ]
 
 
+# The optional extras a command needs (pyproject.toml), by what it says: a transcript that needs one
+# that is not installed is skipped, as the extras' own tests are.
+EXTRAS = [
+    (re.compile(r"verify tracr|shift_by\.py|--program "), "tracr", "tracr"),
+    (re.compile(r"--plot\b|verify plot\b"), "matplotlib", "plot"),
+    (re.compile(r"--(scheduler|cluster) local|VERIFY_DASHBOARD"), "distributed", "dask"),
+    (re.compile(r"--solver (bitwuzla|portfolio)"), "bitwuzla", "solvers"),
+    (re.compile(r"--solver cvc5"), "cvc5", "solvers"),
+    (re.compile(r"\.pth?\b"), "torch", "torch"),
+]
+
+
+def missing_extras(transcript: "Transcript") -> list[str]:
+    """The extras (pyproject.toml names) the transcript's commands need and this Python lacks."""
+    import importlib.util
+    text = "\n".join(step.command for step in transcript.steps)
+    return sorted({extra for pattern, module, extra in EXTRAS
+                   if pattern.search(text) and importlib.util.find_spec(module) is None})
+
+
 class TranscriptError(Exception):
     """A transcript's command that cannot be shown as output (it ended in a traceback)."""
 
@@ -218,6 +238,9 @@ def regenerate(path: str | Path, *, slow: bool = True, fast: bool = True, lines:
     for index, (line, transcript) in enumerate(transcripts(doc_path)):
         if transcript.example or (transcript.slow and not slow) or (not transcript.slow and not fast) \
                 or (lines is not None and line not in lines):
+            continue
+        if missing_extras(transcript):
+            log(f"{name}:{line}: skipped (install the extra(s) {', '.join(missing_extras(transcript))})")
             continue
         t0 = time.monotonic()
         with Scratch() as scratch:
