@@ -21,8 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ..support import interrupts
-from ..support import usercode
+from ..support import interrupts, usercode
 from .api import build_problem, check_sizes
 from ..arithmetic import FixedPoint
 from ..support.budget import Deadline
