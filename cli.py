@@ -20,40 +20,50 @@ import click
 
 import verifier
 from verifier import exact
-from verifier.support import interrupts
-from verifier.outputs import plots, report
-from verifier.refute import separation, shapes
 from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, make_format, parse_format
-from verifier.support.budget import Deadline, TimedOut
-from verifier.runs.cache import Cache, default_path as default_cache_path
-from verifier.refute.certificate_check import CERTIFICATE_SCHEMA, check_certificate
-from verifier.runs.cluster import Cluster
-from verifier.refute.certificates import (find_certificate, load_checked as load_certificate, save as save_certificate,
-                                          why_none)
 from verifier.constructions import CONSTRUCTIONS
-from verifier.refute.count import EXACT_LIMIT, METHODS as COUNT_METHODS, REPLAY, SAMPLES, count_errors
-from verifier.outputs.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
-from verifier.runs.api import build_construction
 from verifier.engines import ENGINES
+from verifier.errata import CLAIMS as ERRATA_CLAIMS
+from verifier.errata import run_errata
+from verifier.errata import select as errata_select
+from verifier.errata import to_json as errata_json
+from verifier.errata import to_markdown as errata_markdown
+from verifier.errata import to_text as errata_text
+from verifier.importers.tracr import compile_program
+from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE
+from verifier.importers.transformer_lens import convert as convert_state_dict
+from verifier.modelfile import META_SCHEMA
+from verifier.outputs import plots, report
+from verifier.outputs.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
+from verifier.refute import separation, shapes
+from verifier.refute.certificate_check import CERTIFICATE_SCHEMA, check_certificate
+from verifier.refute.certificates import find_certificate, why_none
+from verifier.refute.certificates import load_checked as load_certificate
+from verifier.refute.certificates import save as save_certificate
+from verifier.refute.count import EXACT_LIMIT, REPLAY, SAMPLES, count_errors
+from verifier.refute.count import METHODS as COUNT_METHODS
+from verifier.refute.refute import METHODS, refute, refute_random
+from verifier.refute.synthesis import certificate_lines, decide_certificate
+from verifier.result import EXIT_CODES, count_text
+from verifier.runs.api import build_construction
+from verifier.runs.cache import Cache
+from verifier.runs.cache import default_path as default_cache_path
+from verifier.runs.cluster import Cluster
+from verifier.runs.progress import Overall
+from verifier.runs.progress import line as progress_line
+from verifier.runs.specs import PROFILES, load_specs, spec_schema
+from verifier.runs.specs import check as check_specs
+from verifier.runs.sweep import RANGE_HELP, Frontier, parse_range, sweep
 from verifier.smt.solvers import CHOICES as SOLVER_CHOICES
-from verifier.errata import (CLAIMS as ERRATA_CLAIMS, run_errata, select as errata_select, to_json as errata_json,
-    to_markdown as errata_markdown, to_text as errata_text)
+from verifier.support import interrupts
+from verifier.support.budget import Deadline, TimedOut
 from verifier.support.errors import InputError, InternalError
 from verifier.support.files import new_file
-from verifier.importers.tracr import compile_program
-from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE, convert as convert_state_dict
-from verifier.modelfile import META_SCHEMA
-from verifier.runs.progress import Overall, line as progress_line
-from verifier.result import EXIT_CODES, count_text
-from verifier.refute.refute import METHODS, refute, refute_random
-from verifier.runs.specs import PROFILES, check as check_specs, load_specs, spec_schema
-from verifier.refute.synthesis import certificate_lines, decide_certificate
-from verifier.runs.sweep import RANGE_HELP, Frontier, parse_range, sweep
-from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
-from verifier.tasks.user import split_names
 from verifier.support.usercode import NotFinished, time_limit
+from verifier.tasks import ALIASES, TASKS, canonical, make_task, task_options
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
+from verifier.tasks.user import split_names
 
 ENGINE_NAMES = ["auto", *ENGINES]
 SCHEMAS = {"model-meta": META_SCHEMA, "instance": INSTANCE_SCHEMA, "dataset": DATASET_SCHEMA, "spec": spec_schema,

@@ -21,11 +21,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from training import Shape, train  # noqa: E402  (the test suite's numpy trainer)
+
 import verifier  # noqa: E402
 from verifier.model import Readout, Recurrent  # noqa: E402
 from verifier.refute.refute import refute  # noqa: E402
 from verifier.tasks import make_task  # noqa: E402
-from training import Shape, train  # noqa: E402  (the test suite's numpy trainer)
 
 
 def timed(problem, method):

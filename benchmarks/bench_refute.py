@@ -15,10 +15,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from training import Shape, sample, train  # noqa: E402  (the test suite's numpy trainer)
+
 import verifier  # noqa: E402
 from verifier.refute.refute import refute  # noqa: E402
 from verifier.tasks import make_task  # noqa: E402
-from training import Shape, sample, train  # noqa: E402  (the test suite's numpy trainer)
 
 SIZES = [(2, 3, 3), (3, 4, 4), (3, 6, 6), (4, 8, 8), (5, 20, 20)]
 

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import verifier
-from verifier.support.budget import Deadline
 from verifier.engines import RunOptions
 from verifier.engines.smt import Smt
+from verifier.support.budget import Deadline
 
 
 def timed(**kw):

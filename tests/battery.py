@@ -29,28 +29,26 @@ import json
 import os
 import tempfile
 from dataclasses import replace
-
-import numpy as np
-
-import verifier
 from fractions import Fraction
 
+import numpy as np
+from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
+from reference import RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
+
+import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, Fixed, FixedPoint, Grid
-from verifier.support.budget import Deadline
 from verifier.constructions.index_lookup import build as build_idxl
-from verifier.smt.encoding import encode
 from verifier.engines import ENGINES, Problem, RunOptions
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.smt import DECIDED, Smt
 from verifier.evaluator import make_evaluator
 from verifier.model import Readout, Recurrent
+from verifier.smt.encoding import encode
+from verifier.support.budget import Deadline
 from verifier.tasks import DatasetTask, ReferenceTask, make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
 from verifier.verdicts import Status
-
-from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
-from reference import RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 SOLVE_SECONDS = 15.0  # one case's solve in the encoding check
 ENGINE_SECONDS = 5.0  # one engine's run; past it the engine's answer is counted unknown, never agreement

@@ -13,7 +13,6 @@ from verifier.model import Head, Layer, Model, Readout
 from verifier.tasks.base import Vocabulary
 
 
-
 def run(capsys, *args) -> tuple[int, str, str]:
     """``verify ARGS`` in this process (`cli.main`, each argument as a string): the exit code, stdout
     and stderr."""

@@ -8,23 +8,22 @@ import json
 
 import numpy as np
 import pytest
+from helpers import RandomLookupTask, random_model, run
+from reference import RefFX, quantize_model, ref_forward
 
 import verifier
-from verifier.refute.count import clopper_pearson, count_errors
 from verifier.engines import Problem
-from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator
 from verifier.model import Head, Layer, Model, Readout, Recurrent
 from verifier.modelfile import save_model
-from verifier.refute.refute import random_model as refute_model, refute
+from verifier.refute.count import clopper_pearson, count_errors
+from verifier.refute.refute import random_model as refute_model
+from verifier.refute.refute import refute
+from verifier.support.errors import InputError
 from verifier.tasks import Batch, make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
 from verifier.tasks.user import DatasetTask, ReferenceTask
-
-from helpers import RandomLookupTask, random_model
-from reference import RefFX, quantize_model, ref_forward
-from helpers import run
 
 AB = ["a", "b"]
 

@@ -4,12 +4,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import RefFX
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, exp_table
 from verifier.support.errors import InputError
-
-from reference import RefFX
 
 formats = st.tuples(st.integers(2, 16), st.integers(0, 16), st.sampled_from(ROUNDINGS)).filter(lambda t: t[1] <= t[0])
 

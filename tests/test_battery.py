@@ -13,8 +13,8 @@ import warnings
 from collections import Counter
 
 import pytest
-
 from battery import KINDS, battery_problem, decide_all
+
 from verifier.engines import ENGINES, EngineResult
 
 BATTERY_SIZE = int(os.environ.get("VERIFY_BATTERY_SIZE", 10_000))

@@ -5,6 +5,7 @@ FX softmax on concrete logits, and enumeration on random one-layer models of eve
 
 import numpy as np
 import pytest
+from helpers import RandomLookupTask, random_model
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
@@ -14,8 +15,6 @@ from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator
 from verifier.layer0 import class_table, embedding_overflow, score_table
 from verifier.tasks import make_task
-
-from helpers import RandomLookupTask, random_model
 
 
 def one_layer(rng: np.random.Generator, task, **dims):

@@ -12,21 +12,19 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import add_biases, random_model, run, tracr_outputs
+from reference import RefFX, quantize_model, ref_answer, ref_forward
 
 import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.engines import Problem
-from verifier.support.errors import InputError
 from verifier.importers.safetensors import read_tensors, write_safetensors
-from verifier.modelfile import load_model, save_model
 from verifier.model import weights_sha256
+from verifier.modelfile import load_model, save_model
+from verifier.support.errors import InputError
 from verifier.tasks import make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
-
-from helpers import add_biases, random_model, tracr_outputs
-from reference import RefFX, quantize_model, ref_answer, ref_forward
-from helpers import run
 
 # -- tasks of the user's own ------------------------------------------------------------------------
 REFERENCE = '''
@@ -643,6 +641,7 @@ def test_exact_weights_round_trip_through_the_model_file(tmp_path):
     """Exact rational weights and threshold survive save/load (format version 3), keep their
     fingerprint, and decide as the model in memory does."""
     from fractions import Fraction
+
     from verifier.constructions import CONSTRUCTIONS
     from verifier.model import exact_array, is_exact, weights_sha256
     from verifier.modelfile import load_model, save_model

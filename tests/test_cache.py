@@ -17,15 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run
+from test_answers import constant_model
 
 import verifier
-from verifier.support import files as files_mod
 from verifier.runs.cache import FORMAT_1, Cache, run_key
 from verifier.runs.cluster import Cluster, Job
+from verifier.support import files as files_mod
 from verifier.support.errors import InputError
-
-from test_answers import constant_model
-from helpers import run
 
 ROOT = Path(__file__).resolve().parent.parent
 RIGHT = [{"input": ["a"], "answer": "a"}, {"input": ["b"], "answer": "a"}]  # a model that always says a is right
@@ -198,10 +197,12 @@ def test_a_cache_of_the_earlier_format_is_emptied_and_upgraded(tmp_path):
 
 # -- item 14: every file appears whole or not at all ------------------------------------------------------
 def _writers(tmp_path: Path) -> dict:
-    from verifier.refute.certificates import find_certificate, save as save_certificate
-    from verifier.outputs.dump import write_dumps
     from verifier.importers.safetensors import write_safetensors
-    from verifier.outputs.plots import frontier_figure, save as save_figure
+    from verifier.outputs.dump import write_dumps
+    from verifier.outputs.plots import frontier_figure
+    from verifier.outputs.plots import save as save_figure
+    from verifier.refute.certificates import find_certificate
+    from verifier.refute.certificates import save as save_certificate
     problem = verifier.build_problem("idxl", N=4, p=12, eta=0.5)
     refuted = verifier.run(problem)
     sweep = verifier.runs.sweep.frontier("idxl", [2, 3], [4, 5], scheduler="serial").to_json()

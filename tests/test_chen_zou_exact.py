@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from verifier import exact
-from verifier.runs.api import build_problem, prove
 from verifier.constructions.blocks import constrained, lemma3_classifier
 from verifier.model import is_exact
+from verifier.runs.api import build_problem, prove
 
 
 def test_lemma3_is_built_in_rationals_and_labels_every_vector():
@@ -212,6 +212,7 @@ def test_verify_exact_command(capsys):
     """`verify exact` prints the verdict in exact arithmetic and exits 1 when an input is wrong,
     0 when every input is right, 2 on bad input."""
     import json
+
     import cli
     code = cli.main(["exact", "template_matching", "--N", "3", "--variant", "paper", "--json"])
     doc = json.loads(capsys.readouterr().out)

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run
 
 import cli
 import verifier
 from verifier.constructions.index_lookup import build
-
-from helpers import run
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON_KEYS = {"verdict", "task", "construction", "params", "arithmetic", "engine", "inputs", "seconds", "min_margin",

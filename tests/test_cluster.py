@@ -16,9 +16,9 @@ import verifier
 from verifier.runs import cache as cache_mod
 from verifier.runs.cache import Cache, run_key
 from verifier.runs.cluster import Cluster, dask_installed, resolve
-from verifier.support.errors import InputError
 from verifier.runs.specs import check, load_specs
 from verifier.runs.sweep import frontier
+from verifier.support.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_dask = pytest.mark.skipif(not dask_installed(), reason="Dask is not installed (pip install -e '.[dask]')")

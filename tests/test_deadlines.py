@@ -16,17 +16,17 @@ import z3
 
 import cli
 import verifier
-from verifier.support import budget
 from verifier.arithmetic import make_format
-from verifier.support.budget import Deadline, TimedOut
-from verifier.refute.certificates import find_certificate
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES, RunOptions, auto, bounds
 from verifier.engines.exhaustive import CHUNK, Exhaustive
-from verifier.support.errors import InputError
 from verifier.layer0 import class_table
+from verifier.refute.certificates import find_certificate
 from verifier.refute.refute import random_model
 from verifier.refute.synthesis import synthesize
+from verifier.support import budget
+from verifier.support.budget import Deadline, TimedOut
+from verifier.support.errors import InputError
 from verifier.tasks import make_task
 
 

@@ -9,13 +9,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import run
 
 import verifier
 from verifier.support.errors import InputError
 from verifier.tasks import make_task
 from verifier.tasks.combinatorics import canonical_template, falling
-
-from helpers import run
 
 
 def enumerated(task) -> list[tuple[tuple[int, ...], int]]:

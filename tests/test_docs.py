@@ -5,7 +5,6 @@ Regenerate what fails with `python3 -m tools.docs regenerate` (docs/testing-the-
 
 from __future__ import annotations
 
-
 import pytest
 
 from tools import generated, transcripts
@@ -18,8 +17,8 @@ def _examples():
             marks = [pytest.mark.slow] + ([pytest.mark.long] if example.parsed.long else [])
             if example.parsed.example:
                 marks.append(pytest.mark.skip(reason="marked example: shown, not run"))
-            elif transcripts.missing_extras(example.parsed):
-                marks.append(pytest.mark.skip(reason=f"needs the extra(s) {transcripts.missing_extras(example.parsed)}"))
+            elif missing := transcripts.missing_extras(example.parsed):
+                marks.append(pytest.mark.skip(reason=f"needs the extra(s) {', '.join(missing)}"))
             yield pytest.param(example, id=f"{doc}:{example.line}", marks=marks)
 
 

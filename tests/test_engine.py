@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+from helpers import random_model
+from reference import RefFX, ref_answer, ref_forward
 
 import verifier
 from verifier.tasks import IndexLookup
-
-from helpers import random_model
-from reference import RefFX, ref_answer, ref_forward
 
 
 def test_split_ranges_cover_the_same_inputs():

@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+from helpers import random_model
+from reference import RefFX, ref_answer, ref_forward
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.evaluator import Evaluator, reference, trace
-
-from helpers import random_model
-from reference import RefFX, ref_answer, ref_forward
 
 MODES = [(r, a, o) for r in ROUNDINGS for a in ACCUMULATES for o in ("saturate", "error")]
 

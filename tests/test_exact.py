@@ -10,13 +10,12 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+from helpers import add_biases, random_model
+from reference import ref_real_forward
 
 from verifier import exact
 from verifier.evaluator import readout_margins, reference
 from verifier.model import Head, Layer, Model, Readout, Recurrent
-
-from helpers import add_biases, random_model
-from reference import ref_real_forward
 
 TOL = Fraction(1, 2 ** 400)  # the real path's softmax is mpmath at 600 bits, not exact
 

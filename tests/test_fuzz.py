@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from helpers import edit_model_file
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_report import edit_document
 
 import cli
 import verifier
 from verifier.runs.specs import load_spec
-
-from helpers import edit_model_file
-from test_report import edit_document
 
 EXAMPLES = int(os.environ.get("VERIFY_FUZZ_EXAMPLES", 25))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,

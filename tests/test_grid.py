@@ -9,21 +9,21 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from battery import KINDS, battery_problem, decide_all
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import RefGrid
 
 import verifier
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid, make_format, parse_format
-from verifier.runs.cache import run_key
 from cli import main
-from verifier.outputs.dump import write_dumps
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid, make_format, parse_format
 from verifier.engines import RunOptions
 from verifier.engines.exhaustive import Exhaustive
-from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator, trace
+from verifier.outputs.dump import write_dumps
+from verifier.runs.cache import run_key
 from verifier.runs.specs import load_spec
-
-from battery import KINDS, battery_problem, decide_all
-from reference import RefGrid
+from verifier.support.errors import InputError
 
 # steps p/q with small numerators and denominators, at most 4; codes lo..hi with lo < 0 < hi
 steps = st.builds(Fraction, st.integers(1, 7), st.integers(1, 64)).filter(lambda s: s <= 4)

@@ -4,13 +4,12 @@ import itertools
 
 import numpy as np
 import pytest
+from reference import RefFX, ref_answer, ref_forward
 
 import verifier
 from verifier.constructions.index_lookup import build, paper_eta
 from verifier.constructions.sign_vectors import hadamard, max_offdiag, sign_vectors
 from verifier.tasks import IndexLookup
-
-from reference import RefFX, ref_answer, ref_forward
 
 
 @pytest.mark.parametrize("N,sigma", [(1, 2), (3, 2), (4, 3), (5, 2)])

@@ -4,19 +4,18 @@ refuter's collisions replayed and really wrong, and shape verdicts cross-checked
 
 import numpy as np
 import pytest
+from training import Shape, train
 
 import cli
 import verifier
-from verifier.refute import fooling, shapes
-from verifier.arithmetic import FixedPoint
+from verifier.arithmetic import FixedPoint, exp_table
 from verifier.evaluator import Evaluator, make_evaluator
 from verifier.model import Head, Layer, Model, Readout, Recurrent
-from verifier.arithmetic import exp_table
+from verifier.refute import fooling, shapes
 from verifier.refute.protocol import evaluator_scores, ranges, scope, simulate, window
 from verifier.refute.refute import random_model, refute
 from verifier.refute.synthesis import synthesize_recurrent
 from verifier.tasks import make_task
-from training import Shape, train
 
 SETS = [("equality", 8, {}), ("disjointness", 8, {}), ("index_lookup", 6, {}), ("index_lookup", 4, dict(sigma=3)),
         ("induction_heads", 9, {}), ("induction_heads", 8, dict(sigma=4)), ("dyck22", 8, {}), ("dyck22", 10, {}),
@@ -373,6 +372,7 @@ def test_the_synthesis_formula_is_the_evaluator_on_random_weights(p, rounding, o
     substituted, holds exactly when the evaluator gets the member right: no wrap-around, no
     departure from the arithmetic, so an UNSAT is the arithmetic's."""
     import z3
+
     from verifier.refute.synthesis import family_formula, family_model, family_weights
     task = make_task("template_matching", 2)
     fx = FixedPoint(p, None, rounding, overflow)

@@ -21,11 +21,11 @@ from verifier.constructions.blocks import Layout
 from verifier.constructions.nearest_neighbour import layer2_eta
 from verifier.constructions.sign_vectors import sign_vectors
 from verifier.constructions.sparse_threshold import printed_units
-from verifier.outputs.dump import first_departure, format_trace, write_dumps
-from verifier.support.errors import InputError, UnbuildableError
 from verifier.model import is_exact
 from verifier.modelfile import load_model, save_model
+from verifier.outputs.dump import first_departure, format_trace, write_dumps
 from verifier.outputs.report import render
+from verifier.support.errors import InputError, UnbuildableError
 
 # -- the rebuilt constructions compute what they did before the rebuild ------------------------------
 # Fingerprints of the quantized codes (every weight array, the threshold's code, the structure) of

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from helpers import edit_model_file
 
 import verifier
 from verifier.constructions import CONSTRUCTIONS
-from verifier.modelfile import load_model, save_model
 from verifier.model import weights_sha256
+from verifier.modelfile import load_model, save_model
 from verifier.tasks import make_task
-
-from helpers import edit_model_file
 
 
 def test_a_built_in_result_names_the_construction_and_its_weights():

@@ -7,24 +7,23 @@ import json
 
 import numpy as np
 import pytest
+from helpers import run
+from training import Shape, train
 
 import verifier
 from verifier.arithmetic import FixedPoint
-from verifier.refute.certificate_check import check_certificate
-from verifier.refute.certificates import Certificate, count_identity_holds, find_certificate, save
 from verifier.constructions.blocks import Layout, ReluLayer, instructive
-from verifier.support.errors import InputError
 from verifier.evaluator import Evaluator
 from verifier.model import Head, Layer, Model, Readout
 from verifier.refute import fooling
+from verifier.refute.certificate_check import check_certificate
+from verifier.refute.certificates import Certificate, count_identity_holds, find_certificate, save
 from verifier.refute.protocol import summaries
 from verifier.refute.refute import random_model, refute
-from verifier.support.budget import Deadline
 from verifier.refute.synthesis import certificate_lines, decide_certificate
+from verifier.support.budget import Deadline
+from verifier.support.errors import InputError
 from verifier.tasks import make_task
-
-from helpers import run
-from training import Shape, train
 
 
 def assert_really_wrong(task, refutation) -> None:

@@ -14,17 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import z3
+from helpers import edit_model_file, run
 
 import verifier
 from verifier.arithmetic import FixedPoint
-from verifier.support.budget import Deadline, TimedOut
-from verifier.smt.encoding import encode, threshold_code
 from verifier.engines.smt import Smt
-from verifier.support.errors import InputError, InternalError
 from verifier.evaluator import Evaluator
+from verifier.smt.encoding import encode, threshold_code
 from verifier.smt.symbolic import SymFX
-
-from helpers import edit_model_file, run
+from verifier.support.budget import Deadline, TimedOut
+from verifier.support.errors import InputError, InternalError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -299,6 +298,7 @@ def test_a_proof_of_a_width_0_model_is_sample_checked():
     """Found by the battery once models got attention biases: a model with an empty residual stream
     (d = 0, valid) answers from its biases alone, and the sample check's budget divided by d."""
     from helpers import RandomLookupTask, add_biases, random_model
+
     from verifier.engines import Problem
     task = RandomLookupTask(2, 3, 2, seed=0)
     task.F[:] = 0

@@ -11,14 +11,13 @@ import subprocess
 
 import numpy as np
 import pytest
+from helpers import run
 
 import cli
 import verifier
-from verifier.outputs.dump import first_departure
 from verifier.engines.base import Tick
+from verifier.outputs.dump import first_departure
 from verifier.runs.progress import line
-
-from helpers import run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,

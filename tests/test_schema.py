@@ -8,14 +8,13 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
+from helpers import edit_model_file, run
 
 import cli
 from verifier.modelfile import META_SCHEMA
 from verifier.runs.specs import spec_schema
 from verifier.tasks.boolean import INSTANCE_SCHEMA
 from verifier.tasks.memorization import DATASET_SCHEMA
-
-from helpers import edit_model_file, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -203,8 +202,9 @@ def test_schema_command_prints_valid_schemas(capsys, name, schema):
 
 
 def test_every_file_the_project_writes_or_ships_passes_its_schema(capsys, tmp_path, idxl4):
-    from verifier.support.schema import validate
     import tomllib
+
+    from verifier.support.schema import validate
     for spec in sorted((ROOT / "specs").glob("*.toml")):
         validate(tomllib.loads(spec.read_text()), spec_schema(), str(spec))
     for inst in sorted((ROOT / "specs" / "instances").glob("*.json")):

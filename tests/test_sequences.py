@@ -6,19 +6,18 @@ import itertools
 
 import numpy as np
 import pytest
+from helpers import perturbed_dyck_rnn, random_model
+from reference import RefFX, ref_answer, ref_forward, ref_recurrent
 
 import verifier
 from verifier.arithmetic import FixedPoint
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES, Problem, RunOptions
-from verifier.support.errors import InputError
 from verifier.evaluator import make_evaluator
 from verifier.model import Readout, Recurrent
 from verifier.modelfile import load_model, save_model
+from verifier.support.errors import InputError
 from verifier.tasks import make_task
-
-from helpers import perturbed_dyck_rnn, random_model
-from reference import RefFX, ref_answer, ref_forward, ref_recurrent
 
 
 # -- ground truths against the definitions ----------------------------------------------------------

@@ -68,10 +68,11 @@ def test_other_solvers_decide_the_battery_formulas_as_enumeration_does(solver):
     """Each case's SMT-LIB text, decided by another solver (or the portfolio): sat exactly where
     enumeration finds a failing input of the case, and its model a failing input."""
     from battery import battery_problem
-    from verifier.smt import solvers
-    from verifier.smt.encoding import encode
+
     from verifier.engines.exhaustive import Exhaustive
     from verifier.evaluator import make_evaluator
+    from verifier.smt import solvers
+    from verifier.smt.encoding import encode
     if solver != "portfolio":
         pytest.importorskip(solver)
     decided = 0

@@ -14,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import random_model
 
+from verifier.modelfile import save_model
 from verifier.support.budget import Deadline
 from verifier.support.errors import InputError
-from verifier.modelfile import save_model
-from verifier.tasks import make_task
 from verifier.support.usercode import NotFinished, call, time_limit
-
-from helpers import random_model
+from verifier.tasks import make_task
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTER = 120  # seconds: a command still running then ignored --timeout (or hangs)

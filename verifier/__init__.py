@@ -8,14 +8,14 @@
     'proved'
 """
 
-from .runs.api import Traced, build_problem, check_compatible, explain, prove, replay, run
 from .arithmetic import Fixed, FixedPoint, Grid, Real, make_format
-from .refute.count import ErrorCount, count_errors
-from .support.errors import InputError, InternalError
 from .evaluator import Evaluator, reference, trace
 from .model import Head, Layer, Model, Readout
 from .modelfile import load_model, save_model
+from .refute.count import ErrorCount, count_errors
 from .result import Counterexample, Result
+from .runs.api import Traced, build_problem, check_compatible, explain, prove, replay, run
+from .support.errors import InputError, InternalError
 
 __all__ = ["Traced", "explain", "build_problem", "check_compatible", "prove", "replay", "run", "Fixed", "FixedPoint",
            "Grid", "Real", "make_format", "InputError",

@@ -33,8 +33,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from . import exact
-from .runs.api import build_problem, run
 from .outputs.dump import write_dumps
+from .runs.api import build_problem, run
 from .support.errors import InputError, InternalError, UnbuildableError
 from .support.papers import BHATTAMISHRA_2024, CHEN_ZOU_2024, SANFORD_HSU_TELGARSKY_2024B, Paper
 from .tasks import flag

@@ -33,9 +33,9 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Arithmetic, Ctx, Fixed, Real, Recorder
+from .model import Model, Recurrent
 from .support.budget import TooLarge, fmt_bytes, require_memory
 from .support.errors import InputError
-from .model import Model, Recurrent
 from .tasks.base import NO_ANSWER
 from .verdicts import Reason
 

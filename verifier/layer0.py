@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
 import numpy as np
 
 from .arithmetic import Fixed

@@ -12,8 +12,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import (ATTENTIONS, READ_POSITIONS, READOUTS, Head, Layer, Model, Readout, Recurrent, exact_array,
-                    head_arrays, is_exact)
+from .model import (
+    ATTENTIONS,
+    READ_POSITIONS,
+    READOUTS,
+    Head,
+    Layer,
+    Model,
+    Readout,
+    Recurrent,
+    exact_array,
+    head_arrays,
+    is_exact,
+)
 from .support.budget import require_memory
 from .support.errors import InputError
 from .support.files import new_file

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Optional
 
 import numpy as np

@@ -48,8 +48,8 @@ def state_dict() -> dict[str, np.ndarray]:
 
 
 if __name__ == "__main__":
-    from verifier.support.errors import InputError
     from verifier.importers.safetensors import write_safetensors
+    from verifier.support.errors import InputError
     if len(sys.argv) != 2:
         print(f"usage: {sys.argv[0]} FILE.safetensors", file=sys.stderr)
         sys.exit(2)

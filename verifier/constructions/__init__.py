@@ -17,11 +17,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..support.errors import InputError, UnbuildableError
 from ..model import Model
+from ..support.errors import InputError, UnbuildableError
 from ..support.sizes import Cost
-from . import (composition, dyck, equality, icqa, ictm, index_lookup, induction_heads, memorization, nearest_neighbour,
-    sparse_threshold, templates)
+from . import (
+    composition,
+    dyck,
+    equality,
+    icqa,
+    ictm,
+    index_lookup,
+    induction_heads,
+    memorization,
+    nearest_neighbour,
+    sparse_threshold,
+    templates,
+)
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ import math
 
 import numpy as np
 
-from ..support.errors import InputError
 from ..model import Head, Layer, Model, Readout
+from ..support.errors import InputError
 from ..support.papers import CHEN_PENG_WU_2024
 from ..support.sizes import Cost, model_cost
 from .blocks import Layout, matrix

@@ -55,8 +55,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..support.errors import InputError
 from ..model import Head, Layer, Model, Readout, exact_array
+from ..support.errors import InputError
 from ..support.papers import BHATTAMISHRA_2024
 from ..support.sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units, zeros

@@ -49,8 +49,8 @@ import math
 
 import numpy as np
 
-from ..support.errors import InputError
 from ..model import Head, Layer, Model, Readout, exact_array
+from ..support.errors import InputError
 from ..support.papers import BHATTAMISHRA_2024
 from ..support.sizes import Cost, model_cost
 from ..tasks.index_lookup import symbol_names

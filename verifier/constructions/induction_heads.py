@@ -60,8 +60,8 @@ import math
 
 import numpy as np
 
-from ..support.errors import InputError
 from ..model import Head, Layer, Model, Readout
+from ..support.errors import InputError
 from ..support.papers import SANFORD_HSU_TELGARSKY_2024, SANFORD_HSU_TELGARSKY_2024B
 from ..support.sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units

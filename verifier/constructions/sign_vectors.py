@@ -18,8 +18,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..support.budget import require_memory
 from ..model import exact_array
+from ..support.budget import require_memory
 from ..support.sizes import Cost
 
 _TRIES = 100

@@ -67,8 +67,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..support.errors import UnbuildableError
 from ..model import Layer, Model, Readout, exact_array
+from ..support.errors import UnbuildableError
 from ..support.papers import BHATTAMISHRA_2024
 from ..support.sizes import Cost, model_cost
 from .blocks import Layout, matrix, relu_units

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from ..result import count_text
 from ..support.budget import TimedOut, TooLarge
 from ..support.errors import InputError
-from ..result import count_text
 from ..verdicts import Status
 from .base import Engine, EngineResult, Found, Problem, RunOptions, Tick
 from .bounds import Bounds

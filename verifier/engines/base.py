@@ -12,9 +12,9 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..support.budget import Deadline
 from ..evaluator import Judged, make_evaluator
 from ..model import Model, Recurrent
+from ..support.budget import Deadline
 from ..tasks import Task
 from ..tasks.base import Checked
 from ..verdicts import Reason, Status

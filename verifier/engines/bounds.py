@@ -47,11 +47,11 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..support.budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
-from ..support.errors import InternalError
 from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
 from ..model import Model, Recurrent
+from ..support.budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
+from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import case_splits
 from ..verdicts import Status

@@ -22,9 +22,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..evaluator import make_evaluator
 from ..support import interrupts
 from ..support.budget import Deadline, TimedOut, shielded
-from ..evaluator import make_evaluator
 from ..tasks.base import Checked
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick

@@ -17,9 +17,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..support.budget import TimedOut
 from ..evaluator import RecurrentEvaluator, make_evaluator
 from ..model import Recurrent
+from ..support.budget import TimedOut
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 

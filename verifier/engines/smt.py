@@ -18,12 +18,12 @@ from typing import Optional
 import numpy as np
 import z3
 
-from ..support.budget import Deadline, TimedOut
+from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
+from ..smt import solvers
 from ..smt.encoding import encode
 from ..support import interrupts
-from ..smt import solvers
+from ..support.budget import Deadline, TimedOut
 from ..support.errors import InputError, InternalError
-from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from ..tasks.base import case_splits
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick

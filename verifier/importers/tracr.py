@@ -33,10 +33,10 @@ from typing import Optional
 
 import numpy as np
 
-from ..support import usercode
-from ..support.errors import InputError, InternalError
 from ..evaluator import reference
 from ..model import Head, Layer, Model, Readout
+from ..support import usercode
+from ..support.errors import InputError, InternalError
 from ..tasks.base import split_path
 from ..tasks.user import ReferenceTask, answer_name, load_attribute
 

@@ -38,9 +38,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..support.errors import InputError, InternalError
 from ..evaluator import read_from, reference
 from ..model import Head, Layer, Model, Readout
+from ..support.errors import InputError, InternalError
 from .safetensors import read_tensors
 
 LAYER_NUMBER = r"(0|[1-9]\d*)"  # as TransformerLens writes it: blocks.00 is not blocks.0

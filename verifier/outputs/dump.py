@@ -17,9 +17,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..result import Counterexample, Result, finite_or_none
 from ..support.errors import InputError
 from ..support.files import new_file
-from ..result import Counterexample, Result, finite_or_none
 
 HOW_TO_READ = (
     "trace: the forward pass of this input, in evaluation order. For each intermediate: 'codes' are "

@@ -21,10 +21,10 @@ from typing import IO, Optional
 
 import numpy as np
 
-from .dump import departure_text
 from ..support.errors import InputError
 from ..support.files import check_new, new_file
 from ..tasks import canonical
+from .dump import departure_text
 
 FORMATS = (".png", ".svg")
 ATTENTION = re.compile(r"^L(\d+)\.H(\d+)\.attn$")

@@ -18,9 +18,9 @@ from typing import Optional
 
 import numpy as np
 
-from .dump import aligned, departure_text, first_departure, row_names
 from ..support.errors import InputError
 from ..support.schema import parse_json, read_text, validate
+from .dump import aligned, departure_text, first_departure, row_names
 
 KINDS = ("verdict", "dump", "sweep")
 COLORS = {"proved": "#1a7f37", "refuted": "#cf222e", "unknown": "#9a6700"}

@@ -33,17 +33,17 @@ from typing import Optional
 
 import numpy as np
 
-from ..support import interrupts
-from ..runs.api import describe_problem, replay
-from ..support.budget import Deadline, check_workers
 from ..engines import Found, Problem
 from ..engines.exhaustive import CHUNK, LIMIT, PARALLEL_ABOVE
-from ..support.errors import InputError
 from ..evaluator import make_evaluator
-from .refute import dependent_scope, error_bound
 from ..result import Counterexample, count_text, task_text
+from ..runs.api import describe_problem, replay
+from ..support import interrupts
+from ..support.budget import Deadline, check_workers
+from ..support.errors import InputError
 from ..tasks.base import Checked
 from ..verdicts import Reason, Status
+from .refute import dependent_scope, error_bound
 
 METHODS = ("auto", "exact", "sample")
 EXACT_LIMIT = 1 << 24  # auto counts exactly up to this many members: a size rule, the same on every machine

@@ -29,8 +29,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..support.errors import InputError
 from ..result import count_text
+from ..support.errors import InputError
 
 MAX_MEMBERS = 1 << 16  # Alice parts built at once; a larger set is sampled (any subset is a fooling set)
 

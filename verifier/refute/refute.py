@@ -37,20 +37,20 @@ from typing import Optional
 
 import numpy as np
 
-from ..runs.api import answer_name, describe_problem, replay, run
 from ..arithmetic import format_text
-from ..support.budget import Deadline, TimedOut
-from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random_seeds
 from ..engines import Found, Problem
-from ..support.errors import InputError, InternalError
 from ..evaluator import make_evaluator, read_from, trace
-from . import fooling, protocol
 from ..model import Head, Layer, Model, Readout, Recurrent
-from .protocol import summaries
 from ..result import EXIT_CODES, Counterexample
+from ..runs.api import answer_name, describe_problem, replay, run
+from ..support.budget import Deadline, TimedOut
+from ..support.errors import InputError, InternalError
 from ..support.sizes import model_cost
 from ..tasks.combinatorics import falling
 from ..verdicts import Verdict
+from . import fooling, protocol
+from .certificates import SCOPE_NOTE, certificates, count_identity_holds, random_seeds
+from .protocol import summaries
 
 METHODS = ("auto", "dependent", "protocol", "search")
 
@@ -611,8 +611,8 @@ def refute_random(task, problem_options: dict, count: int, heads: int, width: in
                   method: str = "auto", seed: int = 0, timeout: Optional[float] = None) -> dict:
     """`refute` over `count` random models of a shape: per method, how often it found a
     counterexample and how long it took (median seconds to the verdict)."""
-    from ..runs.api import build_problem
     from ..arithmetic import ATTENTION_KINDS
+    from ..runs.api import build_problem
     if attention not in ATTENTION_KINDS or heads < 1 or width < 1 or count < 1:
         raise InputError(f"--shape needs HEADS,WIDTH,ATTENTION with positive sizes and attention one of "
                          f"{', '.join(ATTENTION_KINDS)}; --random-models a positive count")

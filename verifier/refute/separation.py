@@ -10,11 +10,11 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from ..runs import api
-from . import fooling, shapes
-from ..support.errors import InputError
 from ..result import count_text
+from ..runs import api
+from ..support.errors import InputError
 from ..tasks import canonical
+from . import fooling, shapes
 
 # per task: the construction's variant (None: the default), and the other side's shapes
 SIDES = {

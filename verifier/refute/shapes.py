@@ -31,10 +31,10 @@ from typing import Optional
 
 import numpy as np
 
-from . import fooling, protocol
 from ..arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from ..support.errors import InputError, InternalError
 from ..verdicts import Verdict as RunVerdict  # shapes has its own Verdict: impossible or open
+from . import fooling, protocol
 
 MAX_P = 31
 SMALLEST_LIMIT = 1 << 17  # the largest N the smallest impossible N is looked for up to

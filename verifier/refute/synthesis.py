@@ -35,13 +35,13 @@ import numpy as np
 import z3
 
 from ..arithmetic import Fixed, FixedPoint
-from ..support.budget import Deadline, TimedOut
-from .certificates import Certificate
-from ..smt.encoding import Sym
-from ..support.errors import InputError, InternalError
 from ..evaluator import make_evaluator
 from ..model import Head, Layer, Model, Readout
+from ..smt.encoding import Sym
 from ..smt.symbolic import SymFX
+from ..support.budget import Deadline, TimedOut
+from ..support.errors import InputError, InternalError
+from .certificates import Certificate
 
 
 @dataclass

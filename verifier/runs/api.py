@@ -11,30 +11,28 @@ evaluator (`sample_check`) before it is returned.  A run that is interrupted or 
 from __future__ import annotations
 
 import inspect
-
 import time
-from pathlib import Path
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
-from ..support import interrupts
-from ..smt import solvers
-from ..support import usercode
 from ..arithmetic import Fixed, make_format, parse_format
-from ..support.budget import Deadline, TimedOut, check_workers
 from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
-from ..support.errors import InputError, InternalError
 from ..evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
 from ..model import Model, Recurrent, weights_sha256
 from ..result import Counterexample, Result, count_text
-from .sample_check import sample_check
+from ..smt import solvers
+from ..support import interrupts, usercode
+from ..support.budget import Deadline, TimedOut, check_workers
+from ..support.errors import InputError, InternalError
 from ..tasks import Task, canonical, make_task
 from ..tasks.base import NO_ANSWER
 from ..tasks.bos import WithBos
 from ..verdicts import Status, Verdict
+from .sample_check import sample_check
 
 MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
 

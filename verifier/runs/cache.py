@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..engines import Problem
-from ..support.errors import InputError
 from ..model import weights_sha256
 from ..result import Result
+from ..support.errors import InputError
 from ..verdicts import Verdict
 
 FORMAT = 2  # of the tables below; a cache of format 1 (a `runs` table, no marker) is emptied and upgraded

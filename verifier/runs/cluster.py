@@ -21,13 +21,13 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from ..support import usercode
-from .api import run
-from ..support.budget import Deadline
-from .cache import Cache, run_key
 from ..engines import Problem
-from ..support.errors import InputError, InternalError
 from ..result import Result
+from ..support import usercode
+from ..support.budget import Deadline
+from ..support.errors import InputError, InternalError
+from .api import run
+from .cache import Cache, run_key
 
 SERIAL, LOCAL = "serial", "local"
 # a worker's own bookkeeping competes with its run for the GIL: no statistical profiler sampling the

@@ -20,18 +20,17 @@ The check costs a few evaluations per case; it would have caught every wrong pro
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
 from typing import Optional
 
-import random
-import time
-
 import numpy as np
 
-from ..support.budget import Deadline
 from ..engines.base import Problem
-from ..support.errors import InternalError
 from ..evaluator import fitting_evaluator
+from ..support.budget import Deadline
+from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import case_splits
 

@@ -26,20 +26,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .api import build_problem
-from .cache import Cache
-from .cluster import Cluster, Job
 from ..arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, parse_format
 from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES
-from ..support.errors import InputError, InternalError
 from ..modelfile import load_model
-from .progress import Overall
 from ..result import Result
+from ..support.errors import InputError, InternalError
 from ..support.schema import read_text, regular_file, validate
 from ..tasks import ALIASES, TASKS, canonical, task_options
 from ..tasks.base import split_path
 from ..verdicts import Status, Verdict
+from .api import build_problem
+from .cache import Cache
+from .cluster import Cluster, Job
+from .progress import Overall
 
 TASK_OPTION_KEYS = {o.name for t in TASKS.values() for o in t.OPTIONS}
 PROBLEM_KEYS = {"N", "p", "f", "format", "rounding", "overflow", "accumulate", "variant", "k", "eta", "seed"} | \

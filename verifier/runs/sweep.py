@@ -21,17 +21,17 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
-from ..support import interrupts, usercode
-from .api import build_problem, check_sizes
 from ..arithmetic import FixedPoint
-from ..support.budget import Deadline
-from .cache import Cache
-from .cluster import Cluster, Job
-from ..support.errors import InputError
-from .progress import Overall
 from ..result import Result
+from ..support import interrupts, usercode
+from ..support.budget import Deadline
+from ..support.errors import InputError
 from ..tasks import Task
 from ..verdicts import Status, Verdict
+from .api import build_problem, check_sizes
+from .cache import Cache
+from .cluster import Cluster, Job
+from .progress import Overall
 
 MAX_GRID = 10_000  # values in one --N or --p range
 MAX_POINTS = 10_000  # (N, p) runs in one sweep: each builds and decides a problem

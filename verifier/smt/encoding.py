@@ -19,11 +19,11 @@ import numpy as np
 import z3
 
 from ..arithmetic import Fixed, threshold_code
-from ..support.budget import Deadline
 from ..evaluator import Cone, Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
-from .symbolic import Sym, SymFX
+from ..support.budget import Deadline
 from ..tasks import Case
 from ..tasks.base import NO_ANSWER
+from .symbolic import Sym, SymFX
 
 
 @dataclass

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from ..support.errors import InputError
 from .base import Batch, Case, Task, TaskOption, Vocabulary, flag
-from .composition import Composition
 from .boolean import Disjointness, Equality, SparseThreshold
+from .composition import Composition
 from .icqa import Icqa
 from .ictm import Ictm
 from .index_lookup import IndexLookup
 from .memorization import Memorization
-from .templates import TemplateMatching
 from .nearest_neighbour import Mqar, NearestNeighbour
 from .sequences import Dyck22, InductionHeads
+from .templates import TemplateMatching
 from .user import DatasetTask, ReferenceTask
 
 TASKS: dict[str, type[Vocabulary]] = {"index_lookup": IndexLookup, "equality": Equality, "disjointness": Disjointness,

@@ -30,6 +30,7 @@ from ..support.sizes import MAX_TOKENS, Cost
 from .base import Domains, TaskOption
 from .product import ProductTask, product_size
 
+
 @dataclass
 class Composition(ProductTask):
     N: int

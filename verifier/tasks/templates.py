@@ -30,8 +30,15 @@ import numpy as np
 from ..support.errors import InputError
 from ..support.sizes import Cost
 from .base import Batch, Case, TaskOption, Vocabulary
-from .combinatorics import (all_templates, arrangement_index, arrangements, canonical_template, count_templates,
-    falling, template_name)
+from .combinatorics import (
+    all_templates,
+    arrangement_index,
+    arrangements,
+    canonical_template,
+    count_templates,
+    falling,
+    template_name,
+)
 from .index_lookup import symbol_names
 
 CLS = "CLS"
