@@ -30,6 +30,8 @@ checks Python code blocks only, and cram/prysk read their own `.t` files, not Ma
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import os
 import re
 import shutil
@@ -73,7 +75,6 @@ EXTRAS = [
 
 def missing_extras(transcript: "Transcript") -> list[str]:
     """The extras (pyproject.toml names) the transcript's commands need and this Python lacks."""
-    import importlib.util
     text = "\n".join(step.command for step in transcript.steps)
     return sorted({extra for pattern, module, extra in EXTRAS
                    if pattern.search(text) and importlib.util.find_spec(module) is None})
@@ -221,7 +222,6 @@ def check(example) -> Optional[str]:
     for step, out in zip(transcript.steps, got):
         want, out = normalise(step.output), normalise(out)
         if out != want:
-            import difflib
             diff = "\n".join(difflib.unified_diff(want.split("\n"), out.split("\n"), "doc", "run", lineterm=""))
             return (f"{example.path}:{example.line}: `$ {step.command}` printed something else "
                     f"(python3 -m tools.docs regenerate rewrites it):\n{diff}")
@@ -239,8 +239,8 @@ def regenerate(path: str | Path, *, slow: bool = True, fast: bool = True, lines:
         if transcript.example or (transcript.slow and not slow) or (not transcript.slow and not fast) \
                 or (lines is not None and line not in lines):
             continue
-        if missing_extras(transcript):
-            log(f"{name}:{line}: skipped (install the extra(s) {', '.join(missing_extras(transcript))})")
+        if missing := missing_extras(transcript):
+            log(f"{name}:{line}: skipped (install the extra(s) {', '.join(missing)})")
             continue
         t0 = time.monotonic()
         with Scratch() as scratch:

@@ -62,8 +62,9 @@ def _shifted(formula: Optional[Callable[..., Any]]) -> Optional[Callable[[Any], 
 # A task's optional capabilities (the `Task` protocol): the wrapper has one only when it defines
 # it itself, over the model's inputs; the task's own (over inputs without BOS) is never passed
 # through, so an engine that reads one is told the truth.  `cases` and `answered` are wrapped (None
-# exactly when the task has none); a DFA reads no BOS, so `dfa` keeps Vocabulary's None.
-CAPABILITIES = ("cases", "answered", "dfa", "accepting")
+# exactly when the task has none); a DFA reads no BOS, so `dfa` keeps Vocabulary's None and its
+# `accepting` states, which the protocol does not declare, are not forwarded either.
+NOT_FORWARDED = ("accepting",)
 
 
 class WithBos(Vocabulary):
@@ -79,7 +80,7 @@ class WithBos(Vocabulary):
         self._prefixes: dict[int, tuple[list, list]] = {}
 
     def __getattr__(self, name: str):  # name, num_classes, readout, answer_name, ...: the task's own
-        if name.startswith("__") or name == "inner" or name in CAPABILITIES:  # unpickling looks up `__` names
+        if name.startswith("__") or name == "inner" or name in NOT_FORWARDED:  # unpickling looks up `__` names
             raise AttributeError(name)                                              # before `inner` is set
         return getattr(self.inner, name)
 
