@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from helpers import run
 import cli
 import verifier
 from verifier.constructions.index_lookup import build
+from verifier.runs import specs
 
 ROOT = Path(__file__).resolve().parents[1]
 JSON_KEYS = {"verdict", "task", "construction", "params", "arithmetic", "engine", "inputs", "seconds", "min_margin",
@@ -296,10 +298,16 @@ def test_force_replaces_what_the_user_names_and_nothing_by_default(capsys, tmp_p
 
 def test_check_and_sweep_say_k_of_n_and_keep_saying_it_when_not_on_a_terminal(capsys, tmp_path, monkeypatch):
     """Output redirected (stderr is no terminal under pytest): the overall line every HEARTBEAT
-    seconds while a spec runs, not only when one finishes (check printed nothing for 400 s)."""
+    seconds while a spec runs, not only when one finishes (check printed nothing for 400 s).  The
+    first spec's build waits for a beat, so the test does not depend on how fast the machine is."""
     monkeypatch.setattr(cli, "HEARTBEAT", 0.2)
+    beaten = threading.Event()
+    write = cli.StatusLine.write
+    monkeypatch.setattr(cli.StatusLine, "write", lambda self, text: (write(self, text), beaten.set()))
+    build = specs._build
+    monkeypatch.setattr(specs, "_build", lambda spec: (beaten.wait(30), build(spec))[1])
     spec = tmp_path / "slow.toml"
-    spec.write_text('task = "idxl"\nN = 12\np = 12\nengine = "exhaustive"\nexpect = "proved"\n')
+    spec.write_text('task = "idxl"\nN = 4\np = 12\nengine = "exhaustive"\nexpect = "proved"\n')
     fast = tmp_path / "fast.toml"
     fast.write_text('task = "idxl"\nN = 4\np = 12\nengine = "exhaustive"\nexpect = "proved"\n')
     code, out, err = run(capsys, "check", str(spec), str(fast), "--scheduler", "serial", "--no-cache")
