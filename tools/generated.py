@@ -78,14 +78,9 @@ def _cell(text: str) -> str:
 
 def sweep_table(path: str) -> str:
     """The markdown table of a saved sweep, as `verify sweep` prints it."""
-    from verifier.runs.sweep import Frontier, FrontierRow
+    from verifier.runs.sweep import Frontier
 
-    data = json.loads((ROOT / path).read_text())
-    rows = [FrontierRow(**{**r, "verdicts": {int(p): v for p, v in r["verdicts"].items()}}) for r in data["rows"]]
-    fit = data.get("fit") or {}
-    frontier = Frontier(data["task"], rows, data["arithmetic"], fit.get("slope"), fit.get("intercept"),
-                        data.get("construction") or {}, data.get("partial"), data.get("ran_on", ""))
-    return frontier.to_markdown() + "\n"
+    return Frontier.from_json(json.loads((ROOT / path).read_text())).to_markdown() + "\n"
 
 
 RENDERERS = {"sweep": sweep_table}

@@ -1,0 +1,99 @@
+"""The frontiers of the multi-layer constructions: p*(N) over doublings of N, saved as
+docs/results/frontier-<name>.json, and for G.2 (MQAR, nearest neighbour) k*(N), the smallest width
+of T that proves at p = 16, saved as docs/results/width-<name>.json; the results pages render them
+(`tools.generated`).
+
+    python3 -m tools.frontiers                       # every frontier, within its budget
+    python3 -m tools.frontiers --only frontier-mqar,width-mqar  # some of them
+    python3 -m tools.frontiers --timeout 60 --budget-scale 3 --max-N 4096   # when the engines reach further
+
+Each frontier is `runs.sweep.descend`: N doubles from the smallest N the task takes; at each N, p
+is scanned from the previous N's p* + 1 down to the first p that does not prove (up first while
+refuted), each (N, p) one run of at most --timeout seconds on the engine `auto` picks.  A frontier
+ends at the first N whose top p is not proved within the time limit (unknown, never guessed), at
+--max-N, or when its budget (seconds for all its runs) is spent.  Verdicts go to the verdict cache,
+so the same command run again decides only what it has not (and everything again when the
+verifier's code changed).  The JSON files are this tool's output: it rewrites them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from tools.transcripts import ROOT
+from verifier.runs.cache import Cache, default_path
+from verifier.runs.sweep import Frontier, descend
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str  # docs/results/<name>.json
+    task: str
+    N0: int  # the smallest N
+    start: int  # the first N's first p (or k)
+    budget: float  # seconds for all the runs
+    options: dict = field(default_factory=dict)
+    k_at_p: int | None = None  # scan T's width k at this p instead of p
+
+    def Ns(self, max_N: int) -> list[int]:
+        return [self.N0 << i for i in range(64) if self.N0 << i <= max_N]
+
+
+WIDTH_P = 16  # the p of the width scans: the default width proves there at the N reached
+SPECS = [
+    Spec("frontier-induction-heads", "induction_heads", 2, 8, 180, {"sigma": 3}),
+    Spec("frontier-mqar", "mqar", 2, 8, 150),
+    Spec("frontier-nearest-neighbour", "nearest_neighbour", 2, 8, 150),
+    Spec("frontier-equality", "equality", 2, 6, 120),
+    Spec("frontier-disjointness", "disjointness", 2, 8, 120),
+    Spec("frontier-dyck22", "dyck22", 2, 8, 150),
+    Spec("frontier-composition-L2", "composition", 2, 8, 120, {"depth": 2}),
+    Spec("frontier-composition-L3", "composition", 2, 8, 60, {"depth": 3}),
+    Spec("frontier-composition-L4", "composition", 2, 8, 60, {"depth": 4}),
+    Spec("width-mqar", "mqar", 2, 2, 150, k_at_p=WIDTH_P),
+    Spec("width-nearest-neighbour", "nearest_neighbour", 2, 2, 150, k_at_p=WIDTH_P),
+]
+
+
+def path(spec: Spec) -> str:
+    return f"docs/results/{spec.name}.json"
+
+
+def run(spec: Spec, timeout: float, budget_scale: float, max_N: int, cache: Cache | None) -> Frontier:
+    return descend(spec.task, spec.Ns(max_N), spec.start, timeout=timeout, budget=spec.budget * budget_scale,
+                   k_at_p=spec.k_at_p, cache=cache,
+                   progress=lambda line: print(f"  {spec.name} {line}", file=sys.stderr, flush=True), **spec.options)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m tools.frontiers", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=None, help="comma-separated names: " + ", ".join(s.name for s in SPECS))
+    ap.add_argument("--timeout", type=float, default=30, help="seconds for each (N, p) run (default 30)")
+    ap.add_argument("--budget-scale", type=float, default=1.0, help="multiplies each frontier's budget")
+    ap.add_argument("--max-N", type=int, default=1024, help="the largest N tried (default 1024)")
+    ap.add_argument("--no-cache", action="store_true", help="decide every run again")
+    args = ap.parse_args(argv)
+    names = {s.name for s in SPECS}
+    only = set(args.only.split(",")) if args.only else names
+    if only - names:
+        ap.error(f"unknown frontier {', '.join(sorted(only - names))}; known: {', '.join(s.name for s in SPECS)}")
+    cache = None if args.no_cache else Cache(default_path())
+    for spec in (s for s in SPECS if s.name in only):
+        t0 = time.monotonic()
+        fr = run(spec, args.timeout, args.budget_scale, args.max_N, cache)
+        made = {"command": "python3 -m tools.frontiers", "timeout": args.timeout,
+                "budget": spec.budget * args.budget_scale, "max_N": args.max_N, "engine": "auto",
+                "seconds": round(time.monotonic() - t0, 1)}
+        (ROOT / path(spec)).write_text(json.dumps({**fr.to_json(), "made_by": made}, indent=2) + "\n")
+        reached = [r.N for r in fr.rows if r.p_star is not None]
+        print(f"{spec.name}: p* at N = {', '.join(map(str, reached)) or 'none'} "
+              f"({time.monotonic() - t0:.0f} s); {fr.partial or 'every N'}; wrote {path(spec)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
