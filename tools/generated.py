@@ -4,7 +4,8 @@
   options with their types and defaults);
 * regions of the results pages between `<!-- generated: sweep docs/results/X.json -->` and
   `<!-- end generated -->`: the table of a saved sweep (`verify sweep ... -o X.json`), rendered by
-  the same code as the sweep's own output, so a re-run sweep's file updates the page.
+  the same code as the sweep's own output, so a re-run sweep's file updates the page (a frontier
+  of `python3 -m tools.frontiers` also says how it was run).
 """
 
 from __future__ import annotations
@@ -80,7 +81,12 @@ def sweep_table(path: str) -> str:
     """The markdown table of a saved sweep, as `verify sweep` prints it."""
     from verifier.runs.sweep import Frontier
 
-    return Frontier.from_json(json.loads((ROOT / path).read_text())).to_markdown() + "\n"
+    data = json.loads((ROOT / path).read_text())
+    made = data.get("made_by")  # a frontier of `python3 -m tools.frontiers`: how it was run
+    budget = f"a budget of {made['budget']:g} s" if made and made["budget"] is not None else "every run of the grid"
+    note = (f"\n\nMade by `{made['command']}`: at most {made['timeout']:g} s per run, {budget}, N to "
+            f"{made['max_N']}, engine {made['engine']}; {made['seconds']:g} s" if made else "")
+    return Frontier.from_json(data).to_markdown() + note + "\n"
 
 
 RENDERERS = {"sweep": sweep_table}

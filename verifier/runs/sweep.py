@@ -344,22 +344,19 @@ def format_frontier(task: "str | Task", N: int, ps: list[int], fs: list[int], **
 
 def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int = 1, step: int = 2,
             engine: str = "auto", timeout: Optional[float] = None, budget: Optional[float] = None,
-            int_bits: Optional[int] = None, k_at_p: Optional[int] = None, cache: Optional[Cache] = None,
-            scheduler: Optional[str] = "serial", progress: Optional[Callable[[str], None]] = None,
-            **problem) -> Frontier:
+            int_bits: Optional[int] = None, cache: Optional[Cache] = None, scheduler: Optional[str] = "serial",
+            progress: Optional[Callable[[str], None]] = None, **problem) -> Frontier:
     """The frontier over the N in order, each row found by scanning p instead of deciding a fixed grid:
     from a p that proves down to the first p that does not.  The scan of N starts at `start` (the
     first N) or the previous N's lowest p proved + 1, goes up by `step` while refuted (to `most`),
     then down by one while proved (to `least`), so a row's verdicts are those of a sweep over the p it
     visited and its p* means the same.  A p that does not prove at the top ends the frontier there
     (a larger N is no easier); the N not reached have no row.  `budget` (seconds, for all the runs,
-    each also limited by `timeout`) stops it early, partial.  With `k_at_p`, the values scanned are
-    the widths k of T at p = k_at_p (`frontier`'s ks)."""
+    each also limited by `timeout`) stops it early, partial."""
     clock = Deadline(budget)
     results: dict[tuple[int, int], Result] = {}
     rows: list[FrontierRow] = []
     partial = None
-    x = "p" if k_at_p is None else "k"
 
     def visited(N: int) -> list[int]:
         return sorted(q for n, q in results if n == N)
@@ -367,13 +364,14 @@ def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int 
     with Cluster(scheduler) as cluster:
 
         def decide(N: int, p: int) -> Optional[str]:
-            """The verdict at (N, p) (decided once), or None when the budget is spent."""
+            """The verdict at (N, p) (decided once), or None when the budget is spent (an unknown
+            from a run that the budget's end cut short, too)."""
             if (N, p) not in results:
                 left = clock.left()
                 if left is not None and left <= 0:
                     return None
                 limit = min(t for t in (timeout, left) if t is not None) if timeout or left else None
-                job = Job(functools.partial(build_problem, task, N=N, **_arguments(p, problem, int_bits, k_at_p)),
+                job = Job(functools.partial(build_problem, task, N=N, **_arguments(p, problem, int_bits, None)),
                           engine, limit)
                 for _, value in cluster.decide([job], cache):
                     if isinstance(value, Exception):
@@ -382,8 +380,10 @@ def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int 
                         raise KeyboardInterrupt
                     results[N, p] = value
                     if progress:
-                        progress(f"N={N} {x}={p}: {value.verdict} "
+                        progress(f"N={N} p={p}: {value.verdict} "
                                  f"({'cached' if value.cached else f'{value.seconds:.2f} s'})")
+                if results[N, p].verdict == Verdict.UNKNOWN and limit != timeout:
+                    return None
             return results[N, p].verdict
 
         top = start
@@ -404,16 +404,16 @@ def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int 
                     if p > least and below is None:  # the budget ran out above p*: the row has none
                         verdict, undecided = None, [p - 1]
                 if visited(N):
-                    rows.append(_row(N, visited(N) + undecided, results))
+                    rows.append(_row(N, sorted({*visited(N), *undecided}), results))
                 if verdict is None:
                     partial = f"the budget of {budget:g} s ran out at N = {N}"
                     break
                 if verdict != Verdict.PROVED:
-                    partial = (f"stopped at N = {N}: {x} = {p} {verdict}"
-                               + (" (time limit)" if verdict == Verdict.UNKNOWN else f", the largest {x} tried"))
+                    partial = (f"stopped at N = {N}: p = {p} {verdict}"
+                               + (" (time limit)" if verdict == Verdict.UNKNOWN else ", the largest p tried"))
                     break
                 top = p + 1
         except KeyboardInterrupt:
             partial = f"interrupted ({interrupts.cause()}) at N = {N}"
         ran_on = cluster.describe()
-    return _frontier(task, rows, results, problem.get("f"), int_bits, partial, ran_on, x)
+    return _frontier(task, rows, results, problem.get("f"), int_bits, partial, ran_on, "p")
