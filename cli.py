@@ -568,7 +568,8 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
         if program is None or model_path is not None or N_range is not None:
             raise InputError("verify sweep tracr takes --program, --vocab and --max-len (not --model or --N)")
         vocab = options.pop("vocab")
-        refuse_given([*options, "variant", "k_range", "eta", "seed"], "a Tracr program takes no task or construction options")
+        refuse_given([*options, "variant", "k_range", "eta", "seed"],
+                     "a Tracr program takes no task or construction options")
         with time_limit(Deadline(timeout)):  # compiling is building the runs, which --timeout bounds
             compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
         return sweep_frontier(compiled.task, [max_len], ps, f_range, model=compiled.model, **arith, **rest)

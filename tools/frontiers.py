@@ -79,7 +79,8 @@ def run(spec: Spec, timeout: float, budget_scale: float, max_N: int, cache: Cach
 
 def summary(specs: list[Spec]) -> str:
     """One compact Markdown table of the saved frontiers (no run): p* (or k*) by N, the fits, where each stops."""
-    lines = ["| construction | N (doublings) | p* (k*) by N | fit c log2 N + b | fit c (log2 N)^2 + b | form | stops at |",
+    lines = ["| construction | N (doublings) | p* (k*) by N | fit c log2 N + b | fit c (log2 N)^2 + b | form "
+             "| stops at |",
              "|---|---|---|---|---|---|---|"]
     for spec in specs:
         fr = Frontier.from_json(json.loads((ROOT / path(spec)).read_text()))

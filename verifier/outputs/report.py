@@ -300,7 +300,8 @@ def _sweep(doc: dict) -> str:
                      f'<span class="num">{_e(verdicts)}</span>'))
     x = doc.get("over", "p")  # p, or k (a sweep of T's width)
     found = fit([(r["N"], r["p_star"]) for r in doc["rows"] if r["p_star"] is not None])
-    fit_text = "".join(f"<p>{_e(line)}</p>" for line in found.to_markdown(doc.get("int_bits"), f"{x}*")) if found else ""
+    fit_text = "".join(f"<p>{_e(line)}</p>" for line in found.to_markdown(doc.get("int_bits"), f"{x}*")) \
+        if found else ""
     partial = f"<p><b>PARTIAL:</b> {_e(doc['partial'])}</p>" if doc.get("partial") else ""
     return ("<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Frontier</h2>" + _frontier_figure(doc)
             + _table(rows, ("N", "log2 N", f"{x}*", f"ruled out at {x}*-1 by", f"verdicts by {x}")) + fit_text + partial

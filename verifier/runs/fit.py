@@ -114,4 +114,4 @@ def fit(points: Sequence[tuple[int, int]]) -> Optional[Fit]:
     log, square = forms
     better = None if math.isclose(log.rss, square.rss, abs_tol=1e-12) else min(forms, key=lambda f: f.rss).form
     consistent = [f.form for f in forms if f.consistent]
-    return Fit([tuple(p) for p in points], forms, better, consistent[0] if len(consistent) == 1 else None)
+    return Fit([(N, p) for N, p in points], forms, better, consistent[0] if len(consistent) == 1 else None)

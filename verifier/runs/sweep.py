@@ -98,7 +98,7 @@ class Frontier:
     def fit_json(self) -> dict:
         """The log form as slope and intercept (what plots draw), then both forms (`Fit.to_json`)."""
         found = self.fit
-        return {"p_star" if self.over == "p" else f"{self.over}_star": "slope * log2(N) + intercept", "slope": self.slope, "intercept": self.intercept,
+        return {f"{self.over}_star": "slope * log2(N) + intercept", "slope": self.slope, "intercept": self.intercept,
                 **(found.to_json() if found else {})}
 
     def to_csv(self) -> str:
@@ -224,7 +224,8 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
                 overall.add(value.cached)
                 if progress:
                     N, x = points[i]
-                    progress(f"N={N} {'p' if ks is None else 'k'}={x}: {value.verdict} ({'cached' if value.cached else f'{value.seconds:.2f} s'})"
+                    progress(f"N={N} {'p' if ks is None else 'k'}={x}: {value.verdict} "
+                             f"({'cached' if value.cached else f'{value.seconds:.2f} s'})"
                              f"  [{overall.brief()}]")
         except KeyboardInterrupt:
             partial = (f"interrupted ({interrupts.cause()}) with {len(results)} of {len(points)} runs decided"
