@@ -580,8 +580,6 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
     model = verifier.load_model(model_path) if model_path else None
     ks = parse_range(k_range, "--k") if k_range is not None else None
     k, ks = (ks[0], None) if ks is not None and len(ks) == 1 else (None, ks)
-    if ks is not None and rest.get("int_bits") is not None:
-        raise InputError("a range of --k takes one --p and no --int-bits")
     return sweep_frontier(task_name, parse_range(N_range, "--N"), ps, f_range, model=model, variant=variant, k=k,
                           eta=eta, seed=seed, **({"ks": ks} if ks else {}), **arith, **options, **rest)
 

@@ -111,8 +111,8 @@ def test_a_sweep_over_the_width_of_T_gives_k_star(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--p", "12..13", "--k", "2..3"], "a range of --k (the width of T) takes one --p"),
-    (["--p", "12", "--k", "2..3", "--int-bits", "4"], "a range of --k takes one --p and no --int-bits"),
+    (["--p", "12..13", "--k", "2..3"], "a range of --k (the width of T) takes one --p and no --int-bits"),
+    (["--p", "12", "--k", "2..3", "--int-bits", "4"], "a range of --k (the width of T) takes one --p and no --int-bits"),
 ])
 def test_a_width_sweep_refuses_what_it_cannot_mean(capsys, args, message):
     assert main(["sweep", "mqar", "--N", "2", *args, "--scheduler", "serial", "--no-cache"]) == 2

@@ -177,7 +177,7 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
     f = p - int_bits at each p: p* then measures the fraction bits a construction needs.  With `ks`
     (and one p), the grid is (N, k) instead, k the width of the construction's sign vectors T: the
-    rows give k*(N), the smallest width that proves at that p.
+    rows give k*(N), the smallest width that proves at that p and at every larger width of `ks`.
 
     The points run as independent jobs on `scheduler` (`verifier.runs.cluster`; each point on one core),
     and their verdicts go to `cache` as they arrive, so that the same sweep run again reads them
@@ -187,8 +187,8 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     (`progress.Overall`: k of n, the time left); each `progress` line ends with it."""
     if int_bits is not None and problem.get("f") is not None:
         raise InputError("--f and --int-bits both set the fractional bits; give one")
-    if ks is not None and (len(ps) != 1 or problem.get("k") is not None):
-        raise InputError("a range of --k (the width of T) takes one --p")
+    if ks is not None and (len(ps) != 1 or problem.get("k") is not None or int_bits is not None):
+        raise InputError("a range of --k (the width of T) takes one --p and no --int-bits")
     xs = ps if ks is None else ks  # the values of a row
     if len(Ns) * len(xs) > MAX_POINTS:
         raise InputError(f"the sweep has {len(Ns):,} values of N and {len(xs):,} of {'p' if ks is None else 'k'}, "
