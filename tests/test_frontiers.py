@@ -122,7 +122,7 @@ def test_a_width_sweep_refuses_what_it_cannot_mean(capsys, args, message):
 def test_the_frontiers_tool_scans_p_and_sweeps_every_width_to_2N():
     from tools.frontiers import SPECS, Spec, run
     assert len({s.name for s in SPECS}) == len(SPECS)
-    scan = run(Spec("t", "equality", 2, 6, 60), timeout=10, budget_scale=1, max_N=4, cache=None)
+    scan = run(Spec("t", "equality", "equality", 2, 6, 60), timeout=10, budget_scale=1, max_N=4, cache=None)
     assert [r.N for r in scan.rows] == [2, 4] and all(r.p_star for r in scan.rows)
-    widths = run(Spec("w", "mqar", 2, 16, None, widths=True), timeout=10, budget_scale=1, max_N=2, cache=None)
+    widths = run(Spec("w", "MQAR", "mqar", 2, 16, None, widths=True), timeout=10, budget_scale=1, max_N=2, cache=None)
     assert widths.over == "k" and list(widths.rows[0].verdicts) == [1, 2, 3, 4]

@@ -34,6 +34,7 @@ from verifier.runs.sweep import Frontier, descend, frontier
 @dataclass(frozen=True)
 class Spec:
     name: str  # docs/results/<name>.json
+    label: str  # the construction, in the summary table
     task: str
     N0: int  # the smallest N
     start: int  # the first N's first p (or k)
@@ -47,17 +48,18 @@ class Spec:
 
 WIDTH_P = 16  # the p of the width sweeps: the default width proves there at the N reached
 SPECS = [
-    Spec("frontier-induction-heads", "induction_heads", 2, 8, 180, {"sigma": 3}),
-    Spec("frontier-mqar", "mqar", 2, 8, 150),
-    Spec("frontier-nearest-neighbour", "nearest_neighbour", 2, 8, 150),
-    Spec("frontier-equality", "equality", 2, 6, 120),
-    Spec("frontier-disjointness", "disjointness", 2, 8, 120),
-    Spec("frontier-dyck22", "dyck22", 2, 8, 150),
-    Spec("frontier-composition-L2", "composition", 2, 8, 120, {"depth": 2}),
-    Spec("frontier-composition-L3", "composition", 2, 8, 60, {"depth": 3}),
-    Spec("frontier-composition-L4", "composition", 2, 8, 60, {"depth": 4}),
-    Spec("width-mqar", "mqar", 2, WIDTH_P, None, widths=True),
-    Spec("width-nearest-neighbour", "nearest_neighbour", 2, WIDTH_P, None, widths=True),
+    Spec("frontier-induction-heads", "induction heads, sigma = 3", "induction_heads", 2, 8, 180, {"sigma": 3}),
+    Spec("frontier-mqar", "MQAR", "mqar", 2, 8, 150),
+    Spec("frontier-nearest-neighbour", "nearest neighbour", "nearest_neighbour", 2, 8, 150),
+    Spec("frontier-equality", "equality", "equality", 2, 6, 120),
+    Spec("frontier-disjointness", "disjointness", "disjointness", 2, 8, 120),
+    Spec("frontier-dyck22", "Dyck-(2,2) transformer", "dyck22", 2, 8, 150),
+    Spec("frontier-composition-L2", "composition, L = 2", "composition", 2, 8, 120, {"depth": 2}),
+    Spec("frontier-composition-L3", "composition, L = 3", "composition", 2, 8, 60, {"depth": 3}),
+    Spec("frontier-composition-L4", "composition, L = 4", "composition", 2, 8, 60, {"depth": 4}),
+    Spec("width-mqar", "MQAR, width of T", "mqar", 2, WIDTH_P, None, widths=True),
+    Spec("width-nearest-neighbour", "nearest neighbour, width of T", "nearest_neighbour", 2, WIDTH_P, None,
+         widths=True),
 ]
 
 
@@ -92,7 +94,7 @@ def summary(specs: list[Spec]) -> str:
         form = (found.decided or ("either" if all(f.consistent for f in found.forms) else "neither")) if found else "-"
         stop = next((f"N = {r.N}: {' '.join(f'{p}{v[0].upper()}' for p, v in r.verdicts.items())}"
                      for r in fr.rows if r.p_star is None), "-")
-        name = f"{spec.name} ({fr.over}* at p = {spec.start})" if fr.over == "k" else spec.name
+        name = f"{spec.label} ({fr.over}* at p = {spec.start})" if fr.over == "k" else spec.label
         lines.append(f"| {name} | {span} | {star} | {forms[0]} | {forms[1]} | {form} | {stop} |")
     return "\n".join(lines)
 
