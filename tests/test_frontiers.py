@@ -110,13 +110,10 @@ def test_a_sweep_over_the_width_of_T_gives_k_star(capsys, tmp_path):
     assert saved["rows"][0]["verdicts"] == {"1": "refuted", "2": "proved", "3": "proved"}
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--p", "12..13", "--k", "2..3"], "a range of --k (the width of T) takes one --p and no --int-bits"),
-    (["--p", "12", "--k", "2..3", "--int-bits", "4"], "a range of --k (the width of T) takes one --p and no --int-bits"),
-])
-def test_a_width_sweep_refuses_what_it_cannot_mean(capsys, args, message):
+@pytest.mark.parametrize("args", [["--p", "12..13", "--k", "2..3"], ["--p", "12", "--k", "2..3", "--int-bits", "4"]])
+def test_a_width_sweep_refuses_what_it_cannot_mean(capsys, args):
     assert main(["sweep", "mqar", "--N", "2", *args, "--scheduler", "serial", "--no-cache"]) == 2
-    assert message in capsys.readouterr().err
+    assert "a range of --k (the width of T) takes one --p and no --int-bits" in capsys.readouterr().err
 
 
 def test_the_frontiers_tool_scans_p_and_sweeps_every_width_to_2N():
