@@ -539,7 +539,10 @@ def sweep_output_options(fn):
 @click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @task_option_flags(ALL_TASK_OPTIONS)
-@construction_options()
+@construction_options(("variant", "eta", "seed"))
+@click.option("--k", "k_range", default=None,
+              help=f"Width of the sign vectors T (default: rule): {RANGE_HELP}; several, with one --p, give k* (the "
+                   f"smallest width that proves) for each N.")
 @tracr_options
 @click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True)
 @run_timeout_option(which=" (each (N, p))")
@@ -547,7 +550,7 @@ def sweep_output_options(fn):
 @sweep_output_options
 @cluster_options
 def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_range, rounding, overflow, accumulate,
-              variant, k, eta, seed, max_len, causal, mlp_exactness, engine, timeout, **rest):
+              variant, k_range, eta, seed, max_len, causal, mlp_exactness, engine, timeout, **rest):
     """The precision frontier: smallest p that proves the construction (or --model, or a Tracr
     program: verify sweep tracr --program lib:make_length --vocab a,b,c --max-len 4), for each N.
 
@@ -565,7 +568,8 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
         if program is None or model_path is not None or N_range is not None:
             raise InputError("verify sweep tracr takes --program, --vocab and --max-len (not --model or --N)")
         vocab = options.pop("vocab")
-        refuse_given([*options, "variant", "k", "eta", "seed"], "a Tracr program takes no task or construction options")
+        refuse_given([*options, "variant", "k_range", "eta", "seed"],
+                     "a Tracr program takes no task or construction options")
         with time_limit(Deadline(timeout)):  # compiling is building the runs, which --timeout bounds
             compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
         return sweep_frontier(compiled.task, [max_len], ps, f_range, model=compiled.model, **arith, **rest)
@@ -574,8 +578,10 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
     if N_range is None:
         raise InputError("--N is required (a range like 2..16)")
     model = verifier.load_model(model_path) if model_path else None
+    ks = parse_range(k_range, "--k") if k_range is not None else None
+    k, ks = (ks[0], None) if ks is not None and len(ks) == 1 else (None, ks)
     return sweep_frontier(task_name, parse_range(N_range, "--N"), ps, f_range, model=model, variant=variant, k=k,
-                          eta=eta, seed=seed, **arith, **options, **rest)
+                          eta=eta, seed=seed, **({"ks": ks} if ks else {}), **arith, **options, **rest)
 
 
 @cli.command("tracr")

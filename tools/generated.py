@@ -4,7 +4,8 @@
   options with their types and defaults);
 * regions of the results pages between `<!-- generated: sweep docs/results/X.json -->` and
   `<!-- end generated -->`: the table of a saved sweep (`verify sweep ... -o X.json`), rendered by
-  the same code as the sweep's own output, so a re-run sweep's file updates the page.
+  the same code as the sweep's own output, so a re-run sweep's file updates the page (a frontier
+  of `python3 -m tools.frontiers` also says how it was run).
 """
 
 from __future__ import annotations
@@ -78,14 +79,14 @@ def _cell(text: str) -> str:
 
 def sweep_table(path: str) -> str:
     """The markdown table of a saved sweep, as `verify sweep` prints it."""
-    from verifier.runs.sweep import Frontier, FrontierRow
+    from verifier.runs.sweep import Frontier
 
     data = json.loads((ROOT / path).read_text())
-    rows = [FrontierRow(**{**r, "verdicts": {int(p): v for p, v in r["verdicts"].items()}}) for r in data["rows"]]
-    fit = data.get("fit") or {}
-    frontier = Frontier(data["task"], rows, data["arithmetic"], fit.get("slope"), fit.get("intercept"),
-                        data.get("construction") or {}, data.get("partial"), data.get("ran_on", ""))
-    return frontier.to_markdown() + "\n"
+    made = data.get("made_by")  # a frontier of `python3 -m tools.frontiers`: how it was run
+    budget = f"a budget of {made['budget']:g} s" if made and made["budget"] is not None else "every run of the grid"
+    note = (f"\n\nMade by `{made['command']}`: at most {made['timeout']:g} s per run, {budget}, N to "
+            f"{made['max_N']}, engine {made['engine']}; {made['seconds']:g} s" if made else "")
+    return Frontier.from_json(data).to_markdown() + note + "\n"
 
 
 RENDERERS = {"sweep": sweep_table}

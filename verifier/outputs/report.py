@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..runs.fit import fit
 from ..support.errors import InputError
 from ..support.schema import parse_json, read_text, validate
 from .dump import aligned, departure_text, first_departure, row_names
@@ -297,12 +298,13 @@ def _sweep(doc: dict) -> str:
                      f'<span class="num">{_e(r.get("ruled_out_by") or "-")}</span> '
                      f'{_e(r.get("ruled_out_reason") or "")}',
                      f'<span class="num">{_e(verdicts)}</span>'))
-    fit = doc.get("fit") or {}
-    fit_text = (f"<p>Fit: p* = {fit['slope']:.3f} log<sub>2</sub> N + {fit['intercept']:.3f}</p>"
-                if fit.get("slope") is not None else "")
+    x = doc.get("over", "p")  # p, or k (a sweep of T's width)
+    found = fit([(r["N"], r["p_star"]) for r in doc["rows"] if r["p_star"] is not None])
+    fit_text = "".join(f"<p>{_e(line)}</p>" for line in found.to_markdown(doc.get("int_bits"), f"{x}*")) \
+        if found else ""
     partial = f"<p><b>PARTIAL:</b> {_e(doc['partial'])}</p>" if doc.get("partial") else ""
     return ("<h2>Arithmetic</h2>" + _arithmetic(doc["arithmetic"]) + "<h2>Frontier</h2>" + _frontier_figure(doc)
-            + _table(rows, ("N", "log2 N", "p*", "ruled out at p*-1 by", "verdicts by p")) + fit_text + partial
+            + _table(rows, ("N", "log2 N", f"{x}*", f"ruled out at {x}*-1 by", f"verdicts by {x}")) + fit_text + partial
             + (f"<p class='note'>ran on {_e(doc['ran_on'])}</p>" if doc.get("ran_on") else ""))
 
 

@@ -2,8 +2,9 @@
 
 p*(N) is the smallest p in the range such that the construction is proved at p and at every
 larger p of the range (so a p that proves by luck below a failing one does not count); the
-table also lists every verdict, and the counterexample that rules out p* - 1.  The fit is an
-ordinary least-squares line p* = a log2 N + c over the N that have a p*.
+table also lists every verdict, and the counterexample that rules out p* - 1; an unknown at p* - 1
+leaves the row without p*.  The fit (`runs.fit`) is p* = c log2 N + b and p* = c (log2 N)^2 + b by
+least squares over the N that have a p*, with their residuals and whether the data tell them apart.
 
 The number of runs (at most MAX_POINTS), every format of the grid, the task's options and the
 largest problem are checked before the first run, so a bad grid fails at once, not after hours;
@@ -31,6 +32,7 @@ from ..verdicts import Status, Verdict
 from .api import build_problem, check_sizes
 from .cache import Cache
 from .cluster import Cluster, Job
+from .fit import Fit, fit
 from .progress import Overall
 
 MAX_GRID = 10_000  # values in one --N or --p range
@@ -54,11 +56,27 @@ class Frontier:
     task: str
     rows: list[FrontierRow]
     arithmetic: dict  # the fixed part of the arithmetic (f rule, rounding, ...)
-    slope: Optional[float] = None
-    intercept: Optional[float] = None
     construction: dict = field(default_factory=dict)
     partial: Optional[str] = None  # why the sweep stopped early (None: every run finished)
     ran_on: str = ""  # where the runs were decided (`Cluster.describe`)
+    int_bits: Optional[int] = None  # f = p - int_bits at each p: then f* = p* - int_bits is fitted too
+    over: str = "p"  # what a row's values are: p, or k (T's width, at one p: `frontier(ks=...)`)
+
+    @property
+    def fit(self) -> Optional[Fit]:
+        """p* = c log2 N + b and p* = c (log2 N)^2 + b over the rows that have a p* (`runs.fit`)."""
+        return fit([(r.N, r.p_star) for r in self.rows if r.p_star is not None])
+
+    @property
+    def slope(self) -> Optional[float]:
+        """c of the fit p* = c log2 N + b."""
+        found = self.fit
+        return found.form("log").slope if found else None
+
+    @property
+    def intercept(self) -> Optional[float]:
+        found = self.fit
+        return found.form("log").intercept if found else None
 
     @property
     def exit_code(self) -> int:
@@ -67,9 +85,21 @@ class Frontier:
 
     def to_json(self) -> dict:
         return {"task": self.task, "arithmetic": self.arithmetic, "construction": self.construction,
-                "partial": self.partial, "ran_on": self.ran_on,
-                "fit": {"p_star": "slope * log2(N) + intercept", "slope": self.slope, "intercept": self.intercept},
-                "rows": [asdict(r) for r in self.rows]}
+                "partial": self.partial, "ran_on": self.ran_on, "over": self.over,
+                "int_bits": self.int_bits, "fit": self.fit_json(), "rows": [asdict(r) for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Frontier":
+        """A saved sweep (`to_json`; its fit is computed again from the rows)."""
+        rows = [FrontierRow(**{**r, "verdicts": {int(p): v for p, v in r["verdicts"].items()}}) for r in data["rows"]]
+        return cls(data["task"], rows, data["arithmetic"], data.get("construction") or {}, data.get("partial"),
+                   data.get("ran_on", ""), data.get("int_bits"), data.get("over", "p"))
+
+    def fit_json(self) -> dict:
+        """The log form as slope and intercept (what plots draw), then both forms (`Fit.to_json`)."""
+        found = self.fit
+        return {f"{self.over}_star": "slope * log2(N) + intercept", "slope": self.slope, "intercept": self.intercept,
+                **(found.to_json() if found else {})}
 
     def to_csv(self) -> str:
         buf = io.StringIO()
@@ -83,25 +113,30 @@ class Frontier:
         return buf.getvalue()
 
     def to_markdown(self) -> str:
-        lines = ["| N | log2 N | p* | ruled out at p*-1 by | verdicts by p (P proved, R refuted, U unknown) |",
+        x = self.over
+        lines = [f"| N | log2 N | {x}* | ruled out at {x}*-1 by | verdicts by {x} (P proved, R refuted, U unknown) |",
                  "|---|---|---|---|---|"]
         for r in self.rows:
             verdicts = " ".join(f"{p}{v[0].upper()}" for p, v in r.verdicts.items())
             cex = f"`{r.ruled_out_by}` ({r.ruled_out_reason})" if r.ruled_out_by else "-"
             lines.append(f"| {r.N} | {math.log2(r.N):.2f} | {r.p_star if r.p_star is not None else '-'} | "
                          f"{cex} | {verdicts} |")
-        if self.slope is not None:
+        found = self.fit
+        if found is not None:
             lines.append("")
-            lines.append(f"Fit: p* = {self.slope:.3f} log2 N + {self.intercept:.3f}")
+            lines += found.to_markdown(self.int_bits, f"{x}*")
         if self.partial:
             lines.append("")
-            lines.append(f"PARTIAL: {self.partial}; a row with a p not decided has no p*")
+            lines.append(f"PARTIAL: {self.partial}; a row with a {x} not decided has no {x}*")
         return "\n".join(lines)
 
 
 def p_star(verdicts: dict[int, str]) -> Optional[int]:
-    """The smallest p proved at itself and at every larger p of the range."""
-    return next((p for p in sorted(verdicts) if all(v == Verdict.PROVED for q, v in verdicts.items() if q >= p)), None)
+    """The smallest p proved at itself and at every larger p of the range; None when the p of the range
+    below it is unknown (a timeout there leaves p* undecided: it is not guessed)."""
+    ps = sorted(verdicts)
+    i = next((i for i, p in enumerate(ps) if all(verdicts[q] == Verdict.PROVED for q in ps[i:])), None)
+    return None if i is None or (i > 0 and verdicts[ps[i - 1]] == Verdict.UNKNOWN) else ps[i]
 
 
 RANGE_HELP = "a value (8), a range a..b with an optional step (4..64, 4..64:4) or a list (4,8,16)"
@@ -138,9 +173,11 @@ def parse_range(text: str, name: str) -> list[int]:
 def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = "auto", timeout: Optional[float] = None,
              progress: Optional[Callable[[str], None]] = None, int_bits: Optional[int] = None,
              scheduler: Optional[str] = None, cache: Optional[Cache] = None, overall: Optional[Overall] = None,
-             **problem) -> Frontier:
+             ks: Optional[list[int]] = None, **problem) -> Frontier:
     """Prove the construction for every (N, p) of the grid and extract p*(N).  With `int_bits`,
-    f = p - int_bits at each p: p* then measures the fraction bits a construction needs.
+    f = p - int_bits at each p: p* then measures the fraction bits a construction needs.  With `ks`
+    (and one p), the grid is (N, k) instead, k the width of the construction's sign vectors T: the
+    rows give k*(N), the smallest width that proves at that p and at every larger width of `ks`.
 
     The points run as independent jobs on `scheduler` (`verifier.runs.cluster`; each point on one core),
     and their verdicts go to `cache` as they arrive, so that the same sweep run again reads them
@@ -150,13 +187,16 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     (`progress.Overall`: k of n, the time left); each `progress` line ends with it."""
     if int_bits is not None and problem.get("f") is not None:
         raise InputError("--f and --int-bits both set the fractional bits; give one")
-    if len(Ns) * len(ps) > MAX_POINTS:
-        raise InputError(f"the sweep has {len(Ns):,} values of N and {len(ps):,} of p, {len(Ns) * len(ps):,} runs; "
-                         f"at most {MAX_POINTS:,}")
+    if ks is not None and (len(ps) != 1 or problem.get("k") is not None or int_bits is not None):
+        raise InputError("a range of --k (the width of T) takes one --p and no --int-bits")
+    xs = ps if ks is None else ks  # the values of a row
+    if len(Ns) * len(xs) > MAX_POINTS:
+        raise InputError(f"the sweep has {len(Ns):,} values of N and {len(xs):,} of {'p' if ks is None else 'k'}, "
+                         f"{len(Ns) * len(xs):,} runs; at most {MAX_POINTS:,}")
     arith = {k: problem[k] for k in ("f", "rounding", "overflow", "accumulate") if problem.get(k) is not None}
 
-    def at(p: int) -> dict:
-        return problem if int_bits is None else {**problem, "f": p - int_bits}
+    def at(x: int) -> dict:
+        return _arguments(x, problem, int_bits, ps[0] if ks is not None else None)
 
     for p in ps:  # every format of the grid is valid before any run
         if int_bits is not None and not 0 <= p - int_bits <= p:
@@ -165,10 +205,10 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
     with usercode.time_limit(Deadline(timeout)):  # a user's task runs the user's code
         if isinstance(task, str):
             check_sizes(task, Ns, **problem)  # every N, from the sizes alone
-        build_problem(task, N=max(Ns), p=max(ps), **at(max(ps)))  # options, sizes and memory too
-    points = [(N, p) for N in Ns for p in ps]
+        build_problem(task, N=max(Ns), **at(max(xs)))  # options, sizes and memory too
+    points = [(N, x) for N in Ns for x in xs]
     name = task if isinstance(task, str) else task.name
-    jobs = [Job(functools.partial(build_problem, task, N=N, p=p, **at(p)), engine, timeout) for N, p in points]
+    jobs = [Job(functools.partial(build_problem, task, N=N, **at(x)), engine, timeout) for N, x in points]
     results: dict[tuple[int, int], Result] = {}
     partial = None
     overall = overall or Overall("runs", lambda line: None)
@@ -183,8 +223,9 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
                 results[points[i]] = value
                 overall.add(value.cached)
                 if progress:
-                    N, p = points[i]
-                    progress(f"N={N} p={p}: {value.verdict} ({'cached' if value.cached else f'{value.seconds:.2f} s'})"
+                    N, x = points[i]
+                    progress(f"N={N} {'p' if ks is None else 'k'}={x}: {value.verdict} "
+                             f"({'cached' if value.cached else f'{value.seconds:.2f} s'})"
                              f"  [{overall.brief()}]")
         except KeyboardInterrupt:
             partial = (f"interrupted ({interrupts.cause()}) with {len(results)} of {len(points)} runs decided"
@@ -192,21 +233,26 @@ def frontier(task: "str | Task", Ns: list[int], ps: list[int], *, engine: str = 
         finally:
             overall.stop()
         ran_on = cluster.describe()
-    rows = [_row(N, ps, results) for N in Ns]
-    f_rule = (f"f = p - {int_bits}" if int_bits is not None else
-              "f = p // 2" if problem.get("f") is None else f"f = {problem['f']}")
+    return _frontier(name, [_row(N, xs, results) for N in Ns], results, problem.get("f"), int_bits, partial, ran_on,
+                     "p" if ks is None else "k")
+
+
+def _frontier(name: str, rows: list[FrontierRow], results: dict, f: Optional[int], int_bits: Optional[int],
+              partial: Optional[str], ran_on: str, over: str) -> Frontier:
+    """The table of the rows, with the arithmetic and construction the runs stated."""
+    f_rule = f"f = p - {int_bits}" if int_bits is not None else "f = p // 2" if f is None else f"f = {f}"
     any_result = next(iter(results.values()), None)
     arithmetic = {k: any_result.arithmetic[k] for k in ("rounding", "overflow", "accumulate")} if any_result else {}
-    result = Frontier(name, rows, {"f": f_rule, **arithmetic}, construction=any_result.construction if any_result
-                      else {}, partial=partial, ran_on=ran_on)
-    pts = [(math.log2(r.N), r.p_star) for r in rows if r.p_star is not None]
-    if len(pts) >= 2 and len({x for x, _ in pts}) >= 2:
-        mx = sum(x for x, _ in pts) / len(pts)
-        my = sum(y for _, y in pts) / len(pts)
-        sxx = sum((x - mx) ** 2 for x, _ in pts)
-        result.slope = sum((x - mx) * (y - my) for x, y in pts) / sxx
-        result.intercept = my - result.slope * mx
-    return result
+    return Frontier(name, rows, {"f": f_rule, **arithmetic}, any_result.construction if any_result else {}, partial,
+                    ran_on, int_bits, over)
+
+
+def _arguments(x: int, problem: dict, int_bits: Optional[int], k_at_p: Optional[int]) -> dict:
+    """build_problem's arguments at a row's value x: p = x (and f = p - int_bits with int_bits), or
+    with `k_at_p` the width k = x of T at p = k_at_p."""
+    if k_at_p is not None:
+        return {**problem, "p": k_at_p, "k": x}
+    return {**problem, "p": x} if int_bits is None else {**problem, "p": x, "f": x - int_bits}
 
 
 def _row(N: int, ps: list[int], results: dict) -> FrontierRow:
@@ -267,9 +313,12 @@ class FormatFrontier:
 
 def sweep(task: "str | Task", Ns: list[int], ps: list[int], fs: Sequence[Optional[int]] = (None,), *,
           int_bits: Optional[int] = None, **options) -> "Frontier | FormatFrontier":
-    """The sweep the ranges ask for: `frontier` over N and p at one f (None: p // 2, or p - int_bits),
-    or with several f, `format_frontier` at one N (each f fixed: no int_bits)."""
+    """The sweep the ranges ask for: `frontier` over N and p at one f (None: p // 2, or p - int_bits)
+    (or over N and k, T's width, with `ks`), or with several f, `format_frontier` at one N (each f
+    fixed: no int_bits)."""
     if len(fs) > 1:
+        if options.get("ks") is not None:
+            raise InputError("give a range of --f or of --k, not both")
         if len(Ns) != 1 or int_bits is not None:
             raise InputError("a range of --f takes one N and no --int-bits (it fixes f at each value)")
         fixed = [f for f in fs if f is not None]
@@ -291,3 +340,81 @@ def format_frontier(task: "str | Task", N: int, ps: list[int], fs: list[int], **
         if fr.partial:
             break
     return FormatFrontier(task if isinstance(task, str) else task.name, N, by_f)
+
+
+
+def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int = 1, step: int = 2,
+            engine: str = "auto", timeout: Optional[float] = None, budget: Optional[float] = None,
+            int_bits: Optional[int] = None, cache: Optional[Cache] = None, scheduler: Optional[str] = "serial",
+            progress: Optional[Callable[[str], None]] = None, **problem) -> Frontier:
+    """The frontier over the N in order, each row found by scanning p instead of deciding a fixed grid:
+    from a p that proves down to the first p that does not.  The scan of N starts at `start` (the
+    first N) or the previous N's lowest p proved + 1, goes up by `step` while refuted (to `most`),
+    then down by one while proved (to `least`), so a row's verdicts are those of a sweep over the p it
+    visited and its p* means the same.  A p that does not prove at the top ends the frontier there
+    (a larger N is no easier); the N not reached have no row.  `budget` (seconds, for all the runs,
+    each also limited by `timeout`) stops it early, partial."""
+    clock = Deadline(budget)
+    results: dict[tuple[int, int], Result] = {}
+    rows: list[FrontierRow] = []
+    partial = None
+
+    def visited(N: int) -> list[int]:
+        return sorted(q for n, q in results if n == N)
+
+    with Cluster(scheduler) as cluster:
+
+        def decide(N: int, p: int) -> Optional[str]:
+            """The verdict at (N, p) (decided once), or None when the budget is spent (an unknown
+            from a run that the budget's end cut short, too)."""
+            if (N, p) not in results:
+                left = clock.left()
+                if left is not None and left <= 0:
+                    return None
+                limit = min(t for t in (timeout, left) if t is not None) if timeout or left else None
+                job = Job(functools.partial(build_problem, task, N=N, **_arguments(p, problem, int_bits, None)),
+                          engine, limit)
+                for _, value in cluster.decide([job], cache):
+                    if isinstance(value, Exception):
+                        raise value
+                    if value.status == Status.INTERRUPTED:
+                        raise KeyboardInterrupt
+                    results[N, p] = value
+                    if progress:
+                        progress(f"N={N} p={p}: {value.verdict} "
+                                 f"({'cached' if value.cached else f'{value.seconds:.2f} s'})")
+                if results[N, p].verdict == Verdict.UNKNOWN and limit != timeout:
+                    return None
+            return results[N, p].verdict
+
+        top = start
+        try:
+            for N in Ns:
+                try:
+                    p, verdict = top, decide(N, top)
+                except InputError as exc:  # a size refused before any work
+                    partial = f"N = {N} refused: {exc}"
+                    break
+                while verdict == Verdict.REFUTED and p + step <= most:
+                    p += step
+                    verdict = decide(N, p)
+                undecided = []
+                if verdict == Verdict.PROVED:
+                    while p > least and (below := decide(N, p - 1)) == Verdict.PROVED:
+                        p -= 1
+                    if p > least and below is None:  # the budget ran out above p*: the row has none
+                        verdict, undecided = None, [p - 1]
+                if visited(N):
+                    rows.append(_row(N, sorted({*visited(N), *undecided}), results))
+                if verdict is None:
+                    partial = f"the budget of {budget:g} s ran out at N = {N}"
+                    break
+                if verdict != Verdict.PROVED:
+                    partial = (f"stopped at N = {N}: p = {p} {verdict}"
+                               + (" (time limit)" if verdict == Verdict.UNKNOWN else ", the largest p tried"))
+                    break
+                top = p + 1
+        except KeyboardInterrupt:
+            partial = f"interrupted ({interrupts.cause()}) at N = {N}"
+        ran_on = cluster.describe()
+    return _frontier(task, rows, results, problem.get("f"), int_bits, partial, ran_on, "p")

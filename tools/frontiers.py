@@ -1,0 +1,136 @@
+"""The frontiers of the multi-layer constructions: p*(N) over doublings of N, saved as
+docs/results/frontier-<name>.json, and for G.2 (MQAR, nearest neighbour) k*(N), the smallest width
+of T that proves at p = 16 (every width from 1 to 2N at N = 2, 4, 8: --width-max-N), saved as
+docs/results/width-<name>.json; the results pages render them
+(`tools.generated`).
+
+    python3 -m tools.frontiers                       # every frontier, within its budget
+    python3 -m tools.frontiers --only frontier-mqar,width-mqar  # some of them
+    python3 -m tools.frontiers --timeout 60 --budget-scale 3 --max-N 4096   # when the engines reach further
+    python3 -m tools.frontiers --summary             # one table of the saved frontiers (runs nothing)
+
+Each frontier is `runs.sweep.descend`: N doubles from the smallest N the task takes; at each N, p
+is scanned from the previous N's p* + 1 down to the first p that does not prove (up first while
+refuted), each (N, p) one run of at most --timeout seconds on the engine `auto` picks.  A frontier
+ends at the first N whose top p is not proved within the time limit (unknown, never guessed), at
+--max-N, or when its budget (seconds for all its runs) is spent.  Verdicts go to the verdict cache,
+so the same command run again decides only what it has not (and everything again when the
+verifier's code changed).  The JSON files are this tool's output: it rewrites them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+from tools.transcripts import ROOT
+from verifier.runs.cache import Cache, default_path
+from verifier.runs.sweep import Frontier, descend, frontier
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str  # docs/results/<name>.json
+    label: str  # the construction, in the summary table
+    task: str
+    N0: int  # the smallest N
+    start: int  # the first N's first p (or k)
+    budget: float | None  # seconds for all the runs (None: the grid of a width sweep, every run)
+    options: dict = field(default_factory=dict)
+    widths: bool = False  # a grid sweep of T's width k = 1 .. 2 max N at p = start, instead of a scan of p
+
+    def Ns(self, max_N: int) -> list[int]:
+        return [self.N0 << i for i in range(64) if self.N0 << i <= max_N]
+
+
+WIDTH_P = 16  # the p of the width sweeps: the default width proves there at the N reached
+SPECS = [
+    Spec("frontier-induction-heads", "induction heads, sigma = 3", "induction_heads", 2, 8, 180, {"sigma": 3}),
+    Spec("frontier-mqar", "MQAR", "mqar", 2, 8, 150),
+    Spec("frontier-nearest-neighbour", "nearest neighbour", "nearest_neighbour", 2, 8, 150),
+    Spec("frontier-equality", "equality", "equality", 2, 6, 120),
+    Spec("frontier-disjointness", "disjointness", "disjointness", 2, 8, 120),
+    Spec("frontier-dyck22", "Dyck-(2,2) transformer", "dyck22", 2, 8, 150),
+    Spec("frontier-composition-L2", "composition, L = 2", "composition", 2, 8, 120, {"depth": 2}),
+    Spec("frontier-composition-L3", "composition, L = 3", "composition", 2, 8, 60, {"depth": 3}),
+    Spec("frontier-composition-L4", "composition, L = 4", "composition", 2, 8, 60, {"depth": 4}),
+    Spec("width-mqar", "MQAR, width of T", "mqar", 2, WIDTH_P, None, widths=True),
+    Spec("width-nearest-neighbour", "nearest neighbour, width of T", "nearest_neighbour", 2, WIDTH_P, None,
+         widths=True),
+]
+
+
+def path(spec: Spec) -> str:
+    return f"docs/results/{spec.name}.json"
+
+
+def run(spec: Spec, timeout: float, budget_scale: float, max_N: int, cache: Cache | None) -> Frontier:
+    def progress(line: str) -> None:
+        print(f"  {spec.name} {line}", file=sys.stderr, flush=True)
+
+    Ns = spec.Ns(max_N)
+    if spec.widths:  # every width up to the Hadamard width 2 max N: which prove, not only k*
+        return frontier(spec.task, Ns, [spec.start], ks=list(range(1, 2 * max(Ns) + 1)), timeout=timeout,
+                        cache=cache, scheduler="serial", progress=progress, **spec.options)
+    return descend(spec.task, Ns, spec.start, timeout=timeout, budget=spec.budget * budget_scale, cache=cache,
+                   progress=progress, **spec.options)
+
+
+def summary(specs: list[Spec]) -> str:
+    """One compact Markdown table of the saved frontiers (no run): p* (or k*) by N, the fits, where each stops."""
+    lines = ["| construction | N (doublings) | p* (k*) by N | fit c log2 N + b | fit c (log2 N)^2 + b | form "
+             "| stops at |",
+             "|---|---|---|---|---|---|---|"]
+    for spec in specs:
+        fr = Frontier.from_json(json.loads((ROOT / path(spec)).read_text()))
+        done = [r for r in fr.rows if r.p_star is not None]
+        star = ", ".join(f"{r.N}: {r.p_star}" for r in done) or "-"
+        span = f"{done[0].N}..{done[-1].N} ({len(done) - 1})" if done else "-"
+        found = fr.fit
+        forms = [found.form(n).equation(f"{fr.over}*") for n in ("log", "log^2")] if found else ["-", "-"]
+        form = (found.decided or ("either" if all(f.consistent for f in found.forms) else "neither")) if found else "-"
+        stop = next((f"N = {r.N}: {' '.join(f'{p}{v[0].upper()}' for p, v in r.verdicts.items())}"
+                     for r in fr.rows if r.p_star is None), "-")
+        name = f"{spec.label} ({fr.over}* at p = {spec.start})" if fr.over == "k" else spec.label
+        lines.append(f"| {name} | {span} | {star} | {forms[0]} | {forms[1]} | {form} | {stop} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m tools.frontiers", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=None, help="comma-separated names: " + ", ".join(s.name for s in SPECS))
+    ap.add_argument("--timeout", type=float, default=30, help="seconds for each (N, p) run (default 30)")
+    ap.add_argument("--budget-scale", type=float, default=1.0, help="multiplies each frontier's budget")
+    ap.add_argument("--max-N", type=int, default=1024, help="the largest N tried (default 1024)")
+    ap.add_argument("--width-max-N", type=int, default=8, help="the largest N of the width sweeps (default 8)")
+    ap.add_argument("--no-cache", action="store_true", help="decide every run again")
+    ap.add_argument("--summary", action="store_true", help="print one table of the saved frontiers; run nothing")
+    args = ap.parse_args(argv)
+    names = {s.name for s in SPECS}
+    only = set(args.only.split(",")) if args.only else names
+    if only - names:
+        ap.error(f"unknown frontier {', '.join(sorted(only - names))}; known: {', '.join(s.name for s in SPECS)}")
+    if args.summary:
+        print(summary([s for s in SPECS if s.name in only]))
+        return 0
+    cache = None if args.no_cache else Cache(default_path())
+    for spec in (s for s in SPECS if s.name in only):
+        t0 = time.monotonic()
+        max_N = args.width_max_N if spec.widths else args.max_N
+        fr = run(spec, args.timeout, args.budget_scale, max_N, cache)
+        made = {"command": "python3 -m tools.frontiers", "timeout": args.timeout,
+                "budget": None if spec.budget is None else spec.budget * args.budget_scale, "max_N": max_N,
+                "engine": "auto",
+                "seconds": round(time.monotonic() - t0, 1)}
+        (ROOT / path(spec)).write_text(json.dumps({**fr.to_json(), "made_by": made}, indent=2) + "\n")
+        reached = [r.N for r in fr.rows if r.p_star is not None]
+        print(f"{spec.name}: p* at N = {', '.join(map(str, reached)) or 'none'} "
+              f"({time.monotonic() - t0:.0f} s); {fr.partial or 'every N'}; wrote {path(spec)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
