@@ -116,28 +116,53 @@ class _Maps:
     def __init__(self, S: SymFX, deadline: Deadline | None):
         self.S, self.fx, self.deadline = S, S.fx, deadline
         self.track = S.fx.overflow == "error"
+        self._supports: dict[int, tuple] = {}
 
     def lin(self, W, x, b=None):
-        S, fx = self.S, self.fx
+        """W x + b.  Rows that read constants and lookups of at most one token are computed on
+        tables by the evaluator's own linear rule, all such rows of a token at once (a zero weight
+        contributes nothing in any rule, so a row may skip the columns it does not read); only
+        rows that read a term or mix tokens are built product by product."""
+        S = self.S
         if self.deadline is not None:  # checked per map and per query position: no step takes long
             self.deadline.check()
-        tokens = {s.var for s in x if s.var is not None}
-        if not any(s.is_term for s in x) and len(tokens) <= 1:
-            # a function of at most one token: the evaluator's own linear rule on the whole table
-            j = tokens.pop() if tokens else None
-            n = 1 if j is None else len(S.domains[j])
-            rows = np.stack([np.broadcast_to(s.table, (n,)) for s in x], axis=-1) if x else \
-                np.zeros((n, 0), dtype=np.int64)  # a zero-width input: the map is its bias
-            ctx = fx.context((n,))
-            Y = fx.lin(W, rows, b, ctx, "lin")
-            if self.track:
-                S.note(S.const(ctx.ovf[0]) if j is None else S.lookup(j, ctx.ovf))
-            return [S.const(Y[0, r]) if j is None else S.lookup(j, Y[:, r]) for r in range(W.shape[0])]
-        out = []
-        for r in range(W.shape[0]):
+        kind = np.array([-2 if s.is_term else -1 if s.var is None else s.var for s in x], dtype=np.int64)
+        groups = np.unique(kind)
+        support = self._support(W)  # (out, in) as floats: one matrix product says which groups a row reads
+        reads = support @ (kind[:, None] == groups[None, :]).astype(np.float32) > 0 if len(x) else \
+            np.zeros((W.shape[0], 0), bool)
+        tokens = groups >= 0
+        simple = ~reads[:, groups == -2].any(axis=1) & (reads[:, tokens].sum(axis=1) <= 1)
+        out: list = [None] * W.shape[0]
+        for j in [None, *groups[tokens]]:
+            if j is None:
+                rows = np.flatnonzero(simple & ~reads[:, tokens].any(axis=1))
+            else:
+                rows = np.flatnonzero(simple & reads[:, np.flatnonzero(groups == j)[0]])
+            if len(rows):
+                cols = np.flatnonzero(((kind == -1) | (kind == (-1 if j is None else j))) & support[rows].any(axis=0))
+                Y = self._table_lin(None if j is None else int(j), W[np.ix_(rows, cols)], [x[c] for c in cols],
+                                    None if b is None else b[rows])
+                for r, y in zip(rows, Y):
+                    out[r] = y
+        for r in np.flatnonzero(~simple):
             cols = np.flatnonzero(W[r])
-            out.append(self.dot([S.const(W[r, c]) for c in cols], [x[c] for c in cols], None if b is None else b[r]))
+            out[r] = self.dot([S.const(W[r, c]) for c in cols], [x[c] for c in cols], None if b is None else b[r])
         return out
+
+    def _support(self, W) -> np.ndarray:
+        key = id(W)
+        if key not in self._supports:
+            self._supports[key] = (W, (W != 0).astype(np.float32))  # W kept alive: its id stays its own
+        return self._supports[key][1]
+
+    def _table_lin(self, j: int | None, W, x, b) -> list:
+        """W x + b for values of at most one token j, by `Fixed.lin` on the tables."""
+        S, n = self.S, self.S.rows(j)
+        ctx = self.fx.context((n,))
+        Y = self.fx.lin(W, S.stack(x, n), b, ctx, "lin")  # a zero-width input: the map is its bias
+        self._note(j, ctx)
+        return S.lookups(j, Y)
 
     def dot(self, a, b, bias=None):
         S, fx = self.S, self.fx
@@ -157,7 +182,29 @@ class _Maps:
         return S.sat(s)
 
     def add(self, x, y):
-        return [self.S.sat(self.S.add(a, b)) for a, b in zip(x, y)]
+        """sat(x + y): the coordinates whose two sides hold no term and at most one token on tables,
+        one numpy pass per token; the others one by one."""
+        S = self.S
+        out: list = [None] * len(x)
+        groups: dict = {}
+        for c, (u, v) in enumerate(zip(x, y)):
+            if u.is_term or v.is_term or (u.var is not None and v.var is not None and u.var != v.var):
+                out[c] = S.sat(S.add(u, v))
+            else:
+                groups.setdefault(u.var if u.var is not None else v.var, []).append(c)
+        for j, cols in groups.items():
+            n = S.rows(j)
+            ctx = self.fx.context((n,))
+            Y = self.fx.add(S.stack([x[c] for c in cols], n), S.stack([y[c] for c in cols], n), ctx, "add")
+            self._note(j, ctx)
+            for c, value in zip(cols, S.lookups(j, Y)):
+                out[c] = value
+        return out
+
+    def _note(self, j: int | None, ctx) -> None:
+        """Under overflow = error, the saturations of a table computation (rows: token j's values)."""
+        if self.track:
+            self.S.note(self.S.const(ctx.ovf[0]) if j is None else self.S.lookup(j, ctx.ovf))
 
 
 def encode(ev, case: Case, theory: str = "bv", deadline: Deadline | None = None) -> Encoding:
@@ -207,7 +254,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
         qpos = [L - 1] if final and not every else list(range(L))
         keys = {i: [j for j in range(L) if not layer.causal or j <= i] for i in qpos}
         if li == 0:
-            Xq = [[S.lookup(i, t.x0[rows[i], c]) for c in range(d)] for i in qpos]
+            Xq = [S.lookups(i, t.x0[rows[i]]) for i in qpos]
             if track:
                 for j in range(L):
                     S.scope = ("k", 0, j)
@@ -220,7 +267,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
         outs = [[] for _ in qpos]
         for hi, head in enumerate(layer.heads):
             if li == 0:
-                Vs = [[S.lookup(j, t.v[hi][rows[j], c]) for c in range(head.W_V.shape[0])] for j in range(L)]
+                Vs = [S.lookups(j, t.v[hi][rows[j]]) for j in range(L)]
             else:
                 Ks, Vs = [], []
                 for j in range(L):
@@ -236,7 +283,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                     ctx = fx.context((len(rows[i]), len(key_rows)))
                     table = fx.scores(t.q[hi][rows[i]], t.k[hi][key_rows], ctx, "logits")
                     bounds = np.cumsum([0] + [len(rows[j]) for j in keys[i]])
-                    logits = [S.pair(i, j, table[:, a:b]) for j, a, b in zip(keys[i], bounds, bounds[1:])]
+                    logits = S.pairs(i, keys[i], table, bounds)
                     if track:
                         for j, a, b in zip(keys[i], bounds, bounds[1:]):
                             S.note(S.pair(i, j, ctx.ovf[:, a:b]))
@@ -319,6 +366,14 @@ def _bit(e, i: int):
 def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:
     """docs/arithmetic.md softmax: d = sat(s - M), e = R(exp d), Z exact, a = R(e / Z)."""
     fx = S.fx
+    tokens = {x.var for x in s if x.var is not None}
+    if len(tokens) <= 1 and not any(x.is_term for x in s):  # on tables, by the evaluator's softmax
+        j = tokens.pop() if tokens else None
+        ctx = fx.context((S.rows(j),))
+        a = fx.softmax(S.stack(s, S.rows(j)), None, ctx, "softmax")
+        if fx.overflow == "error":
+            S.note(S.const(ctx.ovf[0]) if j is None else S.lookup(j, ctx.ovf))
+        return S.lookups(j, a)
     M = s[0]
     for x in s[1:]:
         M = S.maximum(M, x)
