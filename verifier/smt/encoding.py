@@ -161,7 +161,7 @@ class _Maps:
         S, n = self.S, self.S.rows(j)
         ctx = self.fx.context((n,))
         Y = self.fx.lin(W, S.stack(x, n), b, ctx, "lin")  # a zero-width input: the map is its bias
-        self._note(j, ctx)
+        S.note_table(j, ctx)
         return S.lookups(j, Y)
 
     def dot(self, a, b, bias=None):
@@ -196,15 +196,11 @@ class _Maps:
             n = S.rows(j)
             ctx = self.fx.context((n,))
             Y = self.fx.add(S.stack([x[c] for c in cols], n), S.stack([y[c] for c in cols], n), ctx, "add")
-            self._note(j, ctx)
+            S.note_table(j, ctx)
             for c, value in zip(cols, S.lookups(j, Y)):
                 out[c] = value
         return out
 
-    def _note(self, j: int | None, ctx) -> None:
-        """Under overflow = error, the saturations of a table computation (rows: token j's values)."""
-        if self.track:
-            self.S.note(self.S.const(ctx.ovf[0]) if j is None else self.S.lookup(j, ctx.ovf))
 
 
 def encode(ev, case: Case, theory: str = "bv", deadline: Deadline | None = None) -> Encoding:
@@ -371,8 +367,7 @@ def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:
         j = tokens.pop() if tokens else None
         ctx = fx.context((S.rows(j),))
         a = fx.softmax(S.stack(s, S.rows(j)), None, ctx, "softmax")
-        if fx.overflow == "error":
-            S.note(S.const(ctx.ovf[0]) if j is None else S.lookup(j, ctx.ovf))
+        S.note_table(j, ctx)
         return S.lookups(j, a)
     M = s[0]
     for x in s[1:]:

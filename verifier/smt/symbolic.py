@@ -354,6 +354,12 @@ class SymFX:
             self.overflows.append(condition)
             self.scopes.append(self.scope)
 
+    def note_table(self, j: Optional[int], ctx) -> None:
+        """Under overflow = error, the saturations a table computation noted in `ctx` (its rows:
+        token j's values; one row for constants)."""
+        if self.fx.overflow == "error":
+            self.note(self.const(ctx.ovf[0]) if j is None else self.lookup(j, ctx.ovf))
+
     def exp(self, d: Sym) -> Sym:
         """R(exp(d step)) for d <= 0, from the correctly rounded table (`Fixed.exp_table`)."""
         dmin, table = self.fx.exp_table()
