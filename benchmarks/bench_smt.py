@@ -79,10 +79,11 @@ def old_new(old: Path, solver: str, budget: float) -> None:
           f"budget {budget:g} s each")
     for name, task, Ns, params in FAMILIES:
         times: dict[str, dict[int, float]] = {"old": {}, "new": {}}
+        stopped: set[str] = set()  # past the budget at a smaller N
         for N in Ns:
             row = []
             for which, tree, s in (("old", old, "z3"), ("new", new, solver)):
-                if times[which] is None:  # stopped: past the budget at a smaller N
+                if which in stopped:
                     row.append(f"{which} -")
                     continue
                 verdict, sec = engine_seconds(tree, task, N, params(N), s, budget)
@@ -90,18 +91,22 @@ def old_new(old: Path, solver: str, budget: float) -> None:
                 if verdict.startswith(("proved", "refuted")) and sec <= budget:
                     times[which][N] = sec
                 else:
-                    times[which] = None  # type: ignore[assignment]
-            both = [t[N] if t is not None and N in t else None for t in (times["old"], times["new"])]
+                    stopped.add(which)
+            both = [times[w].get(N) for w in ("old", "new")]
             ratio = f"  new/old {both[1] / both[0]:.3f}" if None not in both else ""
-            print(f"  {name:<20} N={N:<5} {params(N)}: {'; '.join(row)}{ratio}")
-            if times["new"] is None:
+            print(f"  {name:<20} N={N:<5} {params(N)}: {'; '.join(row)}{ratio}", flush=True)
+            if "new" in stopped:
                 break
         for which in ("old", "new"):
-            t = times[which] or {}
+            t = times[which]
             done = sorted(t)
             growth = (f", growth exponent {math.log2(t[done[-1]] / t[done[-2]]):.2f} from N={done[-2]} to {done[-1]}"
                       if len(done) >= 2 and done[-1] == 2 * done[-2] else "")
             print(f"  {name}: largest N decided within {budget:g} s, {which}: {done[-1] if done else None}{growth}")
+        common = sorted(set(times["old"]) & set(times["new"]))
+        if common:
+            N = common[-1]
+            print(f"  {name}: new/old at N={N}, the largest both decided: {times['new'][N] / times['old'][N]:.3f}")
 
 
 def main() -> None:

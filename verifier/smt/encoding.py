@@ -261,6 +261,9 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
         else:
             Xq = [X[i] for i in qpos]
         outs = [[] for _ in qpos]
+        if li == 0:  # each head's distinct query and key vectors (positions often share them)
+            distinct = [(*np.unique(t.q[hi], axis=0, return_inverse=True), *np.unique(t.k[hi], axis=0, return_inverse=True))
+                        for hi in range(len(layer.heads))]
         for hi, head in enumerate(layer.heads):
             if li == 0:
                 Vs = [S.lookups(j, t.v[hi][rows[j]]) for j in range(L)]
@@ -276,13 +279,12 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                     deadline.check()
                 if li == 0:  # every key position at once, then split by position
                     key_rows = np.concatenate([rows[j] for j in keys[i]])
-                    ctx = fx.context((len(rows[i]), len(key_rows)))
-                    table = fx.scores(t.q[hi][rows[i]], t.k[hi][key_rows], ctx, "logits")
+                    table, ovf = _logits(fx, *distinct[hi], rows[i], key_rows)
                     bounds = np.cumsum([0] + [len(rows[j]) for j in keys[i]])
                     logits = S.pairs(i, keys[i], table, bounds)
                     if track:
                         for j, a, b in zip(keys[i], bounds, bounds[1:]):
-                            S.note(S.pair(i, j, ctx.ovf[:, a:b]))
+                            S.note(S.pair(i, j, ovf[:, a:b]))
                 else:
                     Qi = lin(head.W_Q, Xq[n], head.b_Q)
                     logits = [dot(Qi, Ks[j]) for j in keys[i]]
@@ -313,6 +315,19 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
             Xnew.append(x)
         X = Xnew
     return X, rec
+
+
+def _logits(fx: Fixed, uq: np.ndarray, q_of: np.ndarray, uk: np.ndarray, k_of: np.ndarray,
+            q_rows: np.ndarray, k_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layer-0 logits (and their saturations) of the table rows q_rows against k_rows, by
+    `Fixed.scores` on the distinct vectors only (uq[q_of[r]] is row r's query vector; uk, k_of
+    its key vector): the same codes, computed once per distinct pair."""
+    qi, qback = np.unique(q_of.reshape(-1)[q_rows], return_inverse=True)
+    ki, kback = np.unique(k_of.reshape(-1)[k_rows], return_inverse=True)
+    ctx = fx.context((len(qi), len(ki)))
+    table = fx.scores(uq[qi], uk[ki], ctx, "logits")
+    q_back, k_back = qback.reshape(-1)[:, None], kback.reshape(-1)[None, :]
+    return table[q_back, k_back], ctx.ovf[q_back, k_back]
 
 
 def _specification(ev, case: Case, maps: _Maps, X: list, rec: dict) -> Encoding:
