@@ -7,7 +7,7 @@
   (p = 24, where z3 decides the cases) and the first models of the differential battery;
 * with ``--old DIR`` (a checkout of the code to compare with, e.g. ``git archive 6d48ca3 verifier |
   tar -x -C DIR``): the SMT engine of DIR (z3, as `verify` runs it by default) against this tree's
-  (``--solver``, bitwuzla by default) at N doubling, for equality, disjointness, the Dyck-(2,2)
+  (with the solver `FAMILIES` names) at N doubling, for equality, disjointness, the Dyck-(2,2)
   transformer and composition L = 4, n = 2: seconds of each (the engine alone: encoding, solving,
   decoding; each in a fresh process), their ratio, the largest N within the budget and the growth
   exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the rest.
@@ -36,12 +36,15 @@ def timed(**kw):
     return r, time.perf_counter() - t0
 
 
-# (name, task, N doubling, problem parameters at N): the frontier precisions of docs/results
+# (name, task, N doubling, problem parameters at N, the new engine's solver): the frontier
+# precisions of docs/results; bitwuzla where it was the faster (one-layer-deep mixing: equality,
+# disjointness), z3 where it was (softmax with a symbolic Z, divisions: Dyck-(2,2), composition)
 FAMILIES = [
-    ("equality", "equality", (64, 128, 256, 512, 1024), lambda N: dict(p=2 * int(math.log2(N)))),
-    ("disjointness", "disjointness", (64, 128, 256, 512, 1024), lambda N: dict(p=2 * int(math.log2(N)) + 4)),
-    ("dyck22 transformer", "dyck22", (4, 8, 16, 32, 64), lambda N: dict(p=20, f=8)),
-    ("composition L=4 n=2", "composition", (2,), lambda N: dict(depth=4, n=2, p=20, f=10)),
+    ("equality", "equality", (64, 128, 256, 512, 1024), lambda N: dict(p=2 * int(math.log2(N))), "bitwuzla"),
+    ("disjointness", "disjointness", (64, 128, 256, 512, 1024), lambda N: dict(p=2 * int(math.log2(N)) + 4),
+     "bitwuzla"),
+    ("dyck22 transformer", "dyck22", (4, 8, 16, 32, 64), lambda N: dict(p=20, f=8), "z3"),
+    ("composition L=4 n=2", "composition", (2,), lambda N: dict(depth=4, n=2, p=20, f=10), "z3"),
 ]
 
 
@@ -73,11 +76,11 @@ def engine_seconds(tree: Path, task: str, N: int, params: dict, solver: str, bud
     return verdict, r["seconds"]
 
 
-def old_new(old: Path, solver: str, budget: float) -> None:
+def old_new(old: Path, budget: float) -> None:
     new = Path(__file__).resolve().parents[1]
-    print(f"SMT engine, old ({old}, z3) against new (this tree, {solver}); seconds of the engine, "
+    print(f"SMT engine, old ({old}, z3) against new (this tree, the solver named); seconds of the engine, "
           f"budget {budget:g} s each")
-    for name, task, Ns, params in FAMILIES:
+    for name, task, Ns, params, solver in FAMILIES:
         times: dict[str, dict[int, float]] = {"old": {}, "new": {}}
         stopped: set[str] = set()  # past the budget at a smaller N
         for N in Ns:
@@ -87,7 +90,7 @@ def old_new(old: Path, solver: str, budget: float) -> None:
                     row.append(f"{which} -")
                     continue
                 verdict, sec = engine_seconds(tree, task, N, params(N), s, budget)
-                row.append(f"{which} {verdict} {sec:7.2f} s")
+                row.append(f"{which} ({s}) {verdict} {sec:7.2f} s")
                 if verdict.startswith(("proved", "refuted")) and sec <= budget:
                     times[which][N] = sec
                 else:
@@ -113,14 +116,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--old", type=Path, help="a checkout of the code to compare the SMT engine with")
-    ap.add_argument("--solver", default="bitwuzla", help="the new engine's solver (the old one runs z3)")
     ap.add_argument("--only-old-new", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args.child)
     if args.old:
-        old_new(args.old, args.solver, args.budget)
+        old_new(args.old, args.budget)
         if args.only_old_new:
             return
 
