@@ -237,7 +237,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
     """The residual stream at the positions the readout reads, as `Evaluator.forward` computes it."""
     fx, q, t = ev.arith, ev.q, ev.tables
     assert t is not None and isinstance(fx, Fixed)  # the engines' evaluators: FX, with the layer-0 tables
-    V, d = len(q.vocab), q.d
+    V = len(q.vocab)
     rows = [j * V + dom for j, dom in enumerate(S.domains)]
     track = maps.track
     lin, dot, add = maps.lin, maps.dot, maps.add
@@ -262,8 +262,8 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
             Xq = [X[i] for i in qpos]
         outs = [[] for _ in qpos]
         if li == 0:  # each head's distinct query and key vectors (positions often share them)
-            distinct = [(*np.unique(t.q[hi], axis=0, return_inverse=True), *np.unique(t.k[hi], axis=0, return_inverse=True))
-                        for hi in range(len(layer.heads))]
+            distinct = [(*np.unique(t.q[hi], axis=0, return_inverse=True),
+                         *np.unique(t.k[hi], axis=0, return_inverse=True)) for hi in range(len(layer.heads))]
         for hi, head in enumerate(layer.heads):
             if li == 0:
                 Vs = [S.lookups(j, t.v[hi][rows[j]]) for j in range(L)]

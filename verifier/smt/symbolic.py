@@ -107,7 +107,7 @@ class SymFX:
         """Constants and lookups of one token, as the columns of an (n, len(values)) table."""
         M = np.empty((n, len(values)), dtype=np.int64)
         for c, v in enumerate(values):
-            M[:, c] = v.table
+            M[:, c] = np.asarray(v.table)  # a constant broadcasts over the rows
         return M
 
     def pairs(self, i: int, keys: list[int], table: np.ndarray, bounds: np.ndarray) -> list[Sym]:
