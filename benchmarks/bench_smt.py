@@ -4,12 +4,22 @@
 * the largest N that SMT proves within the budget (default 60 s), sigma 2 and sigma 64, p = 12;
 * SMT against exhaustive at sigma 2, N = 16, p = 12, as a ratio;
 * bit-vectors against integers on the same formulas: index lookup with soft attention
-  (p = 24, where z3 decides the cases) and the first models of the differential battery.
+  (p = 24, where z3 decides the cases) and the first models of the differential battery;
+* with ``--old DIR`` (a checkout of the code to compare with, e.g. ``git archive 6d48ca3 verifier |
+  tar -x -C DIR``): the SMT engine of DIR (z3, as `verify` runs it by default) against this tree's
+  (with the solver `FAMILIES` names) at N doubling, for equality, disjointness, the Dyck-(2,2)
+  transformer and composition L = 4, n = 2: seconds of each (the engine alone: encoding, solving,
+  decoding; each in a fresh process), their ratio, the largest N within the budget and the growth
+  exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,10 +36,95 @@ def timed(**kw):
     return r, time.perf_counter() - t0
 
 
+# (name, task, N doubling, problem parameters at N, the new engine's solver): the frontier
+# precisions of docs/results; bitwuzla where it was the faster (one-layer-deep mixing: equality,
+# disjointness), z3 where it was (softmax with a symbolic Z, divisions: Dyck-(2,2), composition)
+FAMILIES = [
+    ("equality", "equality", (64, 128, 256, 512, 1024), lambda N: dict(p=2 * int(math.log2(N))), "bitwuzla"),
+    ("disjointness", "disjointness", (64, 128, 256, 512, 1024), lambda N: dict(p=2 * int(math.log2(N)) + 4),
+     "bitwuzla"),
+    ("dyck22 transformer", "dyck22", (4, 8, 16, 32, 64), lambda N: dict(p=20, f=8), "z3"),
+    ("composition L=4 n=2", "composition", (2,), lambda N: dict(depth=4, n=2, p=20, f=10), "z3"),
+]
+
+
+def child(spec: str) -> None:
+    """One engine run in this process, from `verifier` on sys.path: prints a JSON line."""
+    from verifier.engines.base import RunOptions
+    from verifier.engines.smt import Smt
+    from verifier.runs.api import build_problem
+
+    a = json.loads(spec)
+    problem = build_problem(a["task"], N=a["N"], **a["params"])
+    t0 = time.perf_counter()
+    res = Smt().run(problem, RunOptions(deadline=Deadline(a["budget"]), solver=a["solver"]))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "status": str(res.status), "found": len(res.found),
+                      "unfinished": res.stats.get("unfinished_case")}))
+
+
+def engine_seconds(tree: Path, task: str, N: int, params: dict, solver: str, budget: float) -> tuple[str, float]:
+    """(verdict, seconds) of the SMT engine of the code in `tree`, in a fresh process."""
+    spec = json.dumps({"task": task, "N": N, "params": params, "solver": solver, "budget": budget})
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, __file__, "--child", spec], env=env, capture_output=True, text=True,
+                         timeout=budget + 600)
+    if out.returncode:
+        return f"error: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}", math.nan
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    verdict = ("refuted" if r["found"] else "proved") if r["status"] == "complete" else \
+        f"unknown ({r['status']}, case {r['unfinished']})"
+    return verdict, r["seconds"]
+
+
+def old_new(old: Path, budget: float) -> None:
+    new = Path(__file__).resolve().parents[1]
+    print(f"SMT engine, old ({old}, z3) against new (this tree, the solver named); seconds of the engine, "
+          f"budget {budget:g} s each")
+    for name, task, Ns, params, solver in FAMILIES:
+        times: dict[str, dict[int, float]] = {"old": {}, "new": {}}
+        stopped: set[str] = set()  # past the budget at a smaller N
+        for N in Ns:
+            row = []
+            for which, tree, s in (("old", old, "z3"), ("new", new, solver)):
+                if which in stopped:
+                    row.append(f"{which} -")
+                    continue
+                verdict, sec = engine_seconds(tree, task, N, params(N), s, budget)
+                row.append(f"{which} ({s}) {verdict} {sec:7.2f} s")
+                if verdict.startswith(("proved", "refuted")) and sec <= budget:
+                    times[which][N] = sec
+                else:
+                    stopped.add(which)
+            both = [times[w].get(N) for w in ("old", "new")]
+            ratio = f"  new/old {both[1] / both[0]:.3f}" if None not in both else ""
+            print(f"  {name:<20} N={N:<5} {params(N)}: {'; '.join(row)}{ratio}", flush=True)
+            if "new" in stopped:
+                break
+        for which in ("old", "new"):
+            t = times[which]
+            done = sorted(t)
+            growth = (f", growth exponent {math.log2(t[done[-1]] / t[done[-2]]):.2f} from N={done[-2]} to {done[-1]}"
+                      if len(done) >= 2 and done[-1] == 2 * done[-2] else "")
+            print(f"  {name}: largest N decided within {budget:g} s, {which}: {done[-1] if done else None}{growth}")
+        common = sorted(set(times["old"]) & set(times["new"]))
+        if common:
+            N = common[-1]
+            print(f"  {name}: new/old at N={N}, the largest both decided: {times['new'][N] / times['old'][N]:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--old", type=Path, help="a checkout of the code to compare the SMT engine with")
+    ap.add_argument("--only-old-new", action="store_true")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        return child(args.child)
+    if args.old:
+        old_new(args.old, args.budget)
+        if args.only_old_new:
+            return
 
     print("index lookup, p = 12, engine smt (bit-vectors)")
     for sigma in (2, 64):

@@ -111,3 +111,77 @@ def test_smtlib_export_writes_every_solver_case_and_never_overwrites(tmp_path):
     with pytest.raises(verifier.InputError, match=rf"holds {files[0].name} from an earlier run; the export never "
                                                   "overwrites"):  # before the first case is solved again
         verifier.prove("idxl", N=5, p=12, sigma=16, eta=1.0, engine="smt", smtlib=str(out))
+
+
+@pytest.mark.parametrize("rounding,overflow,accumulate", [("floor", "saturate", "product"),
+                                                          ("nearest", "error", "wide"), ("zero", "error", "product")])
+def test_table_paths_of_the_encoding_equal_the_evaluator_arithmetic_at_every_input(rounding, overflow, accumulate):
+    """`_Maps.lin` / `add` (rows and coordinates grouped by token, computed on tables), `softmax` on
+    tables, and `SymFX.lookups` / `pairs` (built in one pass): at every input of a box, every value
+    they build is the evaluator's arithmetic on the concrete values, and so is every saturation
+    they note."""
+    import itertools
+
+    import numpy as np
+    import z3
+
+    from verifier.arithmetic import FixedPoint
+    from verifier.smt.encoding import _Maps, softmax
+    from verifier.smt.symbolic import SymFX
+
+    fx = FixedPoint(6, 3, rounding=rounding, overflow=overflow, accumulate=accumulate)
+    rng = np.random.default_rng(1)
+    doms = [np.array([0, 1, 2]), np.array([3, 5]), np.array([1, 4]), np.array([7])]
+    S = SymFX(fx, doms, 40)
+    maps = _Maps(S, None)
+
+    def at(v, tokens):
+        if v.expr is None:
+            return v.value() if v.var is None else v.table[list(doms[v.var]).index(tokens[v.var])].item()
+        subs = [(t, S.num(tokens[j], t)) for j, t in enumerate(S.tokens) if t is not None]
+        e = z3.simplify(z3.substitute(v.expr, *subs))
+        return z3.is_true(e) if z3.is_bool(e) else e.as_signed_long()
+
+    def value(j, n):  # a lookup on token j (a constant if j is None)
+        return S.const(rng.integers(-40, 40)) if j is None else S.lookup(j, rng.integers(-40, 40, size=n))
+
+    term = S.sat(S.add(S.lookup(0, np.array([3, -9, 20])), S.lookup(1, np.array([30, -30]))))
+    x = [value(j, len(doms[j]) if j is not None else 1) for j in (None, 0, 0, 1, 2, None, 3)] + [term]
+    y = [value(j, len(doms[j]) if j is not None else 1) for j in (0, 1, None, 0, 2, 2, None, None)]
+    W = rng.integers(-12, 12, size=(9, len(x))) * (rng.random((9, len(x))) < 0.4)
+    W[0] = 0  # a row that reads nothing: its bias
+    W[1] = 0
+    W[1, [1, 2, 5]] = [5, -7, 9]  # token 0 and constants only
+    W[2] = 0
+    W[2, [0, 2, 3]] = [3, 11, -6]  # tokens 0 and 1: built product by product
+    W[3, :7] = 0  # the term only
+    W[3, 7] = 2
+    b = rng.integers(-30, 30, size=9)
+    lin, add = maps.lin(W, x, b), maps.add(x, y)
+    logits = [S.lookup(0, np.array([4, -20, 31])), S.const(-5), S.lookup(0, np.array([0, 0, 9]))]
+    att = softmax(S, logits)
+    table = rng.integers(-9, 9, size=(3, 2 + 2 + 2))
+    table[:, 2:4] = table[:1, 2:4]  # key 2 depends on its own token only
+    table[:, 4:6] = table[:, 4:5]  # the third key: on the query token only
+    pairs = S.pairs(0, [1, 2, 1], table, np.array([0, 2, 4, 6]))
+    overflow_seen = S.any(S.overflows)
+    for tokens in itertools.product(*doms):
+        xv = np.array([at(v, tokens) for v in x])
+        ctx = fx.context((1,))
+        assert [at(v, tokens) for v in lin] == fx.lin(W, xv[None], b, ctx, "lin")[0].tolist()
+        ovf = ctx.ovf[0]
+        ctx = fx.context((1,))
+        assert [at(v, tokens) for v in add] == fx.add(xv[None], np.array([[at(v, tokens) for v in y]]), ctx,
+                                                      "add")[0].tolist()
+        ovf |= ctx.ovf[0]
+        ctx = fx.context((1,))
+        assert [at(v, tokens) for v in att] == fx.softmax(np.array([[at(v, tokens) for v in logits]]), None, ctx,
+                                                          "softmax")[0].tolist()
+        ovf |= ctx.ovf[0]
+        a = list(doms[0]).index(tokens[0])
+        for v, j, lo in zip(pairs, [1, 2, 1], [0, 2, 4]):
+            assert at(v, tokens) == table[a, lo + list(doms[j]).index(tokens[j])]
+        if overflow == "error":  # the term's own saturation is noted too
+            term_ovf = not fx.lo <= at(S.add(S.lookup(0, np.array([3, -9, 20])), S.lookup(1, np.array([30, -30]))),
+                                       tokens) <= fx.hi
+            assert at(overflow_seen, tokens) == (ovf or term_ovf)

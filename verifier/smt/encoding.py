@@ -116,28 +116,53 @@ class _Maps:
     def __init__(self, S: SymFX, deadline: Deadline | None):
         self.S, self.fx, self.deadline = S, S.fx, deadline
         self.track = S.fx.overflow == "error"
+        self._supports: dict[int, tuple] = {}
 
     def lin(self, W, x, b=None):
-        S, fx = self.S, self.fx
+        """W x + b.  Rows that read constants and lookups of at most one token are computed on
+        tables by the evaluator's own linear rule, all such rows of a token at once (a zero weight
+        contributes nothing in any rule, so a row may skip the columns it does not read); only
+        rows that read a term or mix tokens are built product by product."""
+        S = self.S
         if self.deadline is not None:  # checked per map and per query position: no step takes long
             self.deadline.check()
-        tokens = {s.var for s in x if s.var is not None}
-        if not any(s.is_term for s in x) and len(tokens) <= 1:
-            # a function of at most one token: the evaluator's own linear rule on the whole table
-            j = tokens.pop() if tokens else None
-            n = 1 if j is None else len(S.domains[j])
-            rows = np.stack([np.broadcast_to(s.table, (n,)) for s in x], axis=-1) if x else \
-                np.zeros((n, 0), dtype=np.int64)  # a zero-width input: the map is its bias
-            ctx = fx.context((n,))
-            Y = fx.lin(W, rows, b, ctx, "lin")
-            if self.track:
-                S.note(S.const(ctx.ovf[0]) if j is None else S.lookup(j, ctx.ovf))
-            return [S.const(Y[0, r]) if j is None else S.lookup(j, Y[:, r]) for r in range(W.shape[0])]
-        out = []
-        for r in range(W.shape[0]):
+        kind = np.array([-2 if s.is_term else -1 if s.var is None else s.var for s in x], dtype=np.int64)
+        groups = np.unique(kind)
+        support = self._support(W)  # (out, in) as floats: one matrix product says which groups a row reads
+        reads = support @ (kind[:, None] == groups[None, :]).astype(np.float32) > 0 if len(x) else \
+            np.zeros((W.shape[0], 0), bool)
+        tokens = groups >= 0
+        simple = ~reads[:, groups == -2].any(axis=1) & (reads[:, tokens].sum(axis=1) <= 1)
+        out: list = [None] * W.shape[0]
+        for j in [None, *groups[tokens]]:
+            if j is None:
+                rows = np.flatnonzero(simple & ~reads[:, tokens].any(axis=1))
+            else:
+                rows = np.flatnonzero(simple & reads[:, np.flatnonzero(groups == j)[0]])
+            if len(rows):
+                cols = np.flatnonzero(((kind == -1) | (kind == (-1 if j is None else j))) & support[rows].any(axis=0))
+                Y = self._table_lin(None if j is None else int(j), W[np.ix_(rows, cols)], [x[c] for c in cols],
+                                    None if b is None else b[rows])
+                for r, y in zip(rows, Y):
+                    out[r] = y
+        for r in np.flatnonzero(~simple):
             cols = np.flatnonzero(W[r])
-            out.append(self.dot([S.const(W[r, c]) for c in cols], [x[c] for c in cols], None if b is None else b[r]))
+            out[r] = self.dot([S.const(W[r, c]) for c in cols], [x[c] for c in cols], None if b is None else b[r])
         return out
+
+    def _support(self, W) -> np.ndarray:
+        key = id(W)
+        if key not in self._supports:
+            self._supports[key] = (W, (W != 0).astype(np.float32))  # W kept alive: its id stays its own
+        return self._supports[key][1]
+
+    def _table_lin(self, j: int | None, W, x, b) -> list:
+        """W x + b for values of at most one token j, by `Fixed.lin` on the tables."""
+        S, n = self.S, self.S.rows(j)
+        ctx = self.fx.context((n,))
+        Y = self.fx.lin(W, S.stack(x, n), b, ctx, "lin")  # a zero-width input: the map is its bias
+        S.note_table(j, ctx)
+        return S.lookups(j, Y)
 
     def dot(self, a, b, bias=None):
         S, fx = self.S, self.fx
@@ -157,7 +182,25 @@ class _Maps:
         return S.sat(s)
 
     def add(self, x, y):
-        return [self.S.sat(self.S.add(a, b)) for a, b in zip(x, y)]
+        """sat(x + y): the coordinates whose two sides hold no term and at most one token on tables,
+        one numpy pass per token; the others one by one."""
+        S = self.S
+        out: list = [None] * len(x)
+        groups: dict = {}
+        for c, (u, v) in enumerate(zip(x, y)):
+            if u.is_term or v.is_term or (u.var is not None and v.var is not None and u.var != v.var):
+                out[c] = S.sat(S.add(u, v))
+            else:
+                groups.setdefault(u.var if u.var is not None else v.var, []).append(c)
+        for j, cols in groups.items():
+            n = S.rows(j)
+            ctx = self.fx.context((n,))
+            Y = self.fx.add(S.stack([x[c] for c in cols], n), S.stack([y[c] for c in cols], n), ctx, "add")
+            S.note_table(j, ctx)
+            for c, value in zip(cols, S.lookups(j, Y)):
+                out[c] = value
+        return out
+
 
 
 def encode(ev, case: Case, theory: str = "bv", deadline: Deadline | None = None) -> Encoding:
@@ -194,7 +237,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
     """The residual stream at the positions the readout reads, as `Evaluator.forward` computes it."""
     fx, q, t = ev.arith, ev.q, ev.tables
     assert t is not None and isinstance(fx, Fixed)  # the engines' evaluators: FX, with the layer-0 tables
-    V, d = len(q.vocab), q.d
+    V = len(q.vocab)
     rows = [j * V + dom for j, dom in enumerate(S.domains)]
     track = maps.track
     lin, dot, add = maps.lin, maps.dot, maps.add
@@ -207,7 +250,7 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
         qpos = [L - 1] if final and not every else list(range(L))
         keys = {i: [j for j in range(L) if not layer.causal or j <= i] for i in qpos}
         if li == 0:
-            Xq = [[S.lookup(i, t.x0[rows[i], c]) for c in range(d)] for i in qpos]
+            Xq = [S.lookups(i, t.x0[rows[i]]) for i in qpos]
             if track:
                 for j in range(L):
                     S.scope = ("k", 0, j)
@@ -218,9 +261,12 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
         else:
             Xq = [X[i] for i in qpos]
         outs = [[] for _ in qpos]
+        if li == 0:  # each head's distinct query and key vectors (positions often share them)
+            distinct = [(*np.unique(t.q[hi], axis=0, return_inverse=True),
+                         *np.unique(t.k[hi], axis=0, return_inverse=True)) for hi in range(len(layer.heads))]
         for hi, head in enumerate(layer.heads):
             if li == 0:
-                Vs = [[S.lookup(j, t.v[hi][rows[j], c]) for c in range(head.W_V.shape[0])] for j in range(L)]
+                Vs = [S.lookups(j, t.v[hi][rows[j]]) for j in range(L)]
             else:
                 Ks, Vs = [], []
                 for j in range(L):
@@ -233,13 +279,12 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                     deadline.check()
                 if li == 0:  # every key position at once, then split by position
                     key_rows = np.concatenate([rows[j] for j in keys[i]])
-                    ctx = fx.context((len(rows[i]), len(key_rows)))
-                    table = fx.scores(t.q[hi][rows[i]], t.k[hi][key_rows], ctx, "logits")
+                    table, ovf = _logits(fx, *distinct[hi], rows[i], key_rows)
                     bounds = np.cumsum([0] + [len(rows[j]) for j in keys[i]])
-                    logits = [S.pair(i, j, table[:, a:b]) for j, a, b in zip(keys[i], bounds, bounds[1:])]
+                    logits = S.pairs(i, keys[i], table, bounds)
                     if track:
                         for j, a, b in zip(keys[i], bounds, bounds[1:]):
-                            S.note(S.pair(i, j, ctx.ovf[:, a:b]))
+                            S.note(S.pair(i, j, ovf[:, a:b]))
                 else:
                     Qi = lin(head.W_Q, Xq[n], head.b_Q)
                     logits = [dot(Qi, Ks[j]) for j in keys[i]]
@@ -270,6 +315,19 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
             Xnew.append(x)
         X = Xnew
     return X, rec
+
+
+def _logits(fx: Fixed, uq: np.ndarray, q_of: np.ndarray, uk: np.ndarray, k_of: np.ndarray,
+            q_rows: np.ndarray, k_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Layer-0 logits (and their saturations) of the table rows q_rows against k_rows, by
+    `Fixed.scores` on the distinct vectors only (uq[q_of[r]] is row r's query vector; uk, k_of
+    its key vector): the same codes, computed once per distinct pair."""
+    qi, qback = np.unique(q_of.reshape(-1)[q_rows], return_inverse=True)
+    ki, kback = np.unique(k_of.reshape(-1)[k_rows], return_inverse=True)
+    ctx = fx.context((len(qi), len(ki)))
+    table = fx.scores(uq[qi], uk[ki], ctx, "logits")
+    q_back, k_back = qback.reshape(-1)[:, None], kback.reshape(-1)[None, :]
+    return table[q_back, k_back], ctx.ovf[q_back, k_back]
 
 
 def _specification(ev, case: Case, maps: _Maps, X: list, rec: dict) -> Encoding:
@@ -319,6 +377,13 @@ def _bit(e, i: int):
 def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:
     """docs/arithmetic.md softmax: d = sat(s - M), e = R(exp d), Z exact, a = R(e / Z)."""
     fx = S.fx
+    tokens = {x.var for x in s if x.var is not None}
+    if len(tokens) <= 1 and not any(x.is_term for x in s):  # on tables, by the evaluator's softmax
+        j = tokens.pop() if tokens else None
+        ctx = fx.context((S.rows(j),))
+        a = fx.softmax(S.stack(s, S.rows(j)), None, ctx, "softmax")
+        S.note_table(j, ctx)
+        return S.lookups(j, a)
     M = s[0]
     for x in s[1:]:
         M = S.maximum(M, x)

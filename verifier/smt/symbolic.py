@@ -88,6 +88,50 @@ class SymFX:
             return Sym(None, np.asarray(table.flat[0]))
         return Sym(j, table)
 
+    def lookups(self, j: Optional[int], M: np.ndarray) -> list[Sym]:
+        """The columns of M (n, k) as values of token j (row i: t_j = domains[j][i]; j None: one
+        row, constants), as `lookup` makes them one by one, in one numpy pass."""
+        M = np.asarray(M)
+        if j is None or len(self.domains[j]) == 1:
+            row = M[0]
+            return [Sym(None, row[c, ...]) for c in range(len(row))]  # x[c, ...]: a 0-d view, quickly
+        MT = np.ascontiguousarray(M.T)
+        flat = (MT == MT[:, :1]).all(axis=1)
+        return [Sym(None, row[0, ...]) if f else Sym(j, row) for row, f in zip(MT, flat)]
+
+    def rows(self, j: Optional[int]) -> int:
+        """Table rows of a value of token j (None: a constant, one row)."""
+        return 1 if j is None else len(self.domains[j])
+
+    def stack(self, values: list[Sym], n: int) -> np.ndarray:
+        """Constants and lookups of one token, as the columns of an (n, len(values)) table."""
+        M = np.empty((n, len(values)), dtype=np.int64)
+        for c, v in enumerate(values):
+            M[:, c] = np.asarray(v.table)  # a constant broadcasts over the rows
+        return M
+
+    def pairs(self, i: int, keys: list[int], table: np.ndarray, bounds: np.ndarray) -> list[Sym]:
+        """`pair(i, j, table[:, bounds[k]:bounds[k + 1]])` for every key j = keys[k], classified in
+        one numpy pass when the keys' domains have one size (the common case: every position free)."""
+        sizes = np.diff(bounds)
+        if len(keys) == 0 or np.any(sizes != sizes[0]) or self.tokens[i] is None:
+            return [self.pair(i, j, table[:, a:b]) for j, a, b in zip(keys, bounds, bounds[1:])]
+        T = table.reshape(table.shape[0], len(keys), sizes[0])  # (query token, key, key token)
+        only_j = (T == T[:1]).all(axis=(0, 2))  # the same for every query token
+        only_i = (T == T[:, :, :1]).all(axis=(0, 2))  # the same for every key token
+        flat = (T == T[:1, :, :1]).all(axis=(0, 2))  # a constant
+        out = []
+        for k, j in enumerate(keys):
+            if flat[k]:
+                out.append(Sym(None, T[0, k, 0, ...]))
+            elif j == i or not (only_j[k] or only_i[k]):
+                out.append(self.pair(i, j, T[:, k, :]))
+            elif only_j[k]:
+                out.append(Sym(j, T[0, k, :]))
+            else:
+                out.append(Sym(i, T[:, k, 0]))
+        return out
+
     def token(self, j: int) -> Sym:
         """The token id at position j."""
         return self.lookup(j, self.domains[j])
@@ -299,7 +343,7 @@ class SymFX:
             self.note(self.lift1(a, lambda t: (t < fx.lo) | (t > fx.hi),
                                  lambda x: z3.Or(x < self.num(fx.lo, self._like(x)),
                                                  x > self.num(fx.hi, self._like(x)))))
-        return self.lift1(a, lambda t: np.clip(t, fx.lo, fx.hi), self._z_sat)
+        return self.lift1(a, lambda t: np.minimum(np.maximum(t, fx.lo), fx.hi), self._z_sat)  # np.clip is slower
 
     def _z_sat(self, x):
         lo, hi = self.num(self.fx.lo, self._like(x)), self.num(self.fx.hi, self._like(x))
@@ -309,6 +353,12 @@ class SymFX:
         if not (condition.is_const and not condition.value()):
             self.overflows.append(condition)
             self.scopes.append(self.scope)
+
+    def note_table(self, j: Optional[int], ctx) -> None:
+        """Under overflow = error, the saturations a table computation noted in `ctx` (its rows:
+        token j's values; one row for constants)."""
+        if self.fx.overflow == "error":
+            self.note(self.const(ctx.ovf[0]) if j is None else self.lookup(j, ctx.ovf))
 
     def exp(self, d: Sym) -> Sym:
         """R(exp(d step)) for d <= 0, from the correctly rounded table (`Fixed.exp_table`)."""
