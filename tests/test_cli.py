@@ -264,8 +264,8 @@ def test_one_name_per_meaning():
         for p in command.params:
             for opt in p.opts:
                 meanings.setdefault(opt, set()).add(p.name)
-    # --k is T's width; a task's size is --N (icqa and ictm too); a run's own cluster is --cluster
-    assert meanings["--k"] == {"k"} and meanings["--N"] == {"N", "N_range"}
+    # --k is T's width (a range on sweep); a task's size is --N (icqa and ictm too); a run's own cluster is --cluster
+    assert meanings["--k"] == {"k", "k_range"} and meanings["--N"] == {"N", "N_range"}
     assert meanings["--seed"] == {"seed"} and "--seed" not in {o for p in cli.cli.commands["certificate"].params
                                                              for o in p.opts}
     assert not ({"--n", "--N"} <= {o for p in cli.cli.commands["composition"].params for o in p.opts})
