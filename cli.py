@@ -20,7 +20,8 @@ import click
 
 import verifier
 from verifier import exact
-from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, make_format, parse_format
+from verifier.arithmetic import (ACCUMULATES, ALL_ROUNDINGS, FORMAT_HELP, OVERFLOW_HELP, OVERFLOWS, ROUNDING_HELP,
+                                 ROUNDINGS, make_format, parse_format)
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES
 from verifier.errata import CLAIMS as ERRATA_CLAIMS
@@ -104,8 +105,8 @@ def arithmetic_options(fn):
         click.option("--p", "p", type=int, default=None,
                      help="Bits per number (p >= 2) of --format fx (required there)."),
         click.option("--f", "f", type=int, default=None, help="Fractional bits of --format fx (default p // 2)."),
-        click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True),
-        click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True),
+        click.option("--rounding", type=click.Choice(ALL_ROUNDINGS), default=None, help=ROUNDING_HELP),
+        click.option("--overflow", type=click.Choice(OVERFLOWS), default=None, help=OVERFLOW_HELP),
         click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True),
     ]):
         fn = opt(fn)
@@ -535,8 +536,8 @@ def sweep_output_options(fn):
 @click.option("--f", "f_range", default=None,
               help=f"Fractional bits (default p // 2 for each p): {RANGE_HELP}; several, with one N, give p* at "
                    f"each f and the smallest format.")
-@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
-@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--rounding", type=click.Choice(ALL_ROUNDINGS), default=None, help=ROUNDING_HELP)
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default=None, help=OVERFLOW_HELP)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @task_option_flags(ALL_TASK_OPTIONS)
 @construction_options()
@@ -587,8 +588,8 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
 @click.option("--f", "f_range", default=None,
               help=f"Fractional bits (default p // 2): {RANGE_HELP}; several find p* at each f and the smallest "
                    f"format.")
-@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
-@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--rounding", type=click.Choice(ALL_ROUNDINGS), default=None, help=ROUNDING_HELP)
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default=None, help=OVERFLOW_HELP)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the converted model as a model file (never overwrites without --force).")
