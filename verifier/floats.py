@@ -209,7 +209,8 @@ class FloatArith:
                 "ieee": self.storage.ieee, "max": self.storage.max, "tiny": self.storage.tiny,
                 "accumulate": self.acc.name, "accumulate_text": self.acc.text(), "storage_text": self.storage.text(),
                 "softmax": self.acc.name, "rounding": self.rounding, "overflow": self.overflow,
-                "bits": self.storage.bits}
+                "bits": self.storage.bits,
+                "step": 2.0 ** -self.storage.M}  # the spacing at 1: a trace's "first departure" is measured in it
 
     def label(self) -> str:
         return float_text(self.describe())
