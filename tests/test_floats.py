@@ -185,3 +185,43 @@ def test_make_format_defaults():
     assert make_format("bf16").overflow == "error" and make_format("bf16").acc.name == "fp32"
     assert make_format("fp16+fp16acc").acc.name == "fp16"
     assert make_format("fx", p=8).rounding == "floor"
+
+
+def test_sweep_over_formats(capsys):
+    """verify sweep TASK --N ... --format A,B: one verdict per (N, format), each the verdict of that
+    run on its own, and the counterexample of each format that fails; --json has every run."""
+    import json
+
+    import verifier
+
+    code, out, err = run(capsys, "sweep", "dyck22", "--N", "2..3", "--format", "bf16,e5m2")
+    assert code == 0, err
+    rows = {int(line.split()[0]): line.split()[1:] for line in out.splitlines()[2:] if line.split()[0].isdigit()}
+    for N in (2, 3):
+        want = [verifier.run(verifier.build_problem("dyck22", N=N, arith=f)) for f in ("bf16", "e5m2")]
+        assert rows[N] == [r.verdict for r in want]
+        for f, r in zip(("bf16", "e5m2"), want):
+            if r.counterexamples:
+                assert f"N={N} {f}: {r.counterexamples[0].line()}" in out
+    assert "refuted" in rows[3]  # the table shows a failure (e5m2 at N=3), not only proofs
+    code, out, _ = run(capsys, "sweep", "dyck22", "--N", "2", "--format", "bf16,e5m2", "--json")
+    doc = json.loads(out)
+    assert code == 0 and [(r["N"], r["format"]) for r in doc["runs"]] == [(2, "bf16"), (2, "e5m2")]
+    assert doc["runs"][0]["arithmetic"]["storage"] == "bf16"
+    code, _, err = run(capsys, "sweep", "idxl", "--N", "2..3")
+    assert code == 2 and "--p" in err and "--format" in err
+    code, _, err = run(capsys, "sweep", "idxl", "--N", "2..3", "--format", "bf16,nope")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_tracr_in_a_float_format(capsys):
+    """verify tracr PROGRAM --format fp16: one run, whose arithmetic line is the float recipe; --p
+    beside --format is refused."""
+    pytest.importorskip("tracr")
+    code, out, err = run(capsys, "tracr", "lib:make_length", "--vocab", "a,b", "--max-len", "2", "--format", "fp16")
+    assert code == 0, err
+    assert "float fp16 (E5M10" in out and "inputs      " in out
+    code, _, err = run(capsys, "tracr", "lib:make_length", "--vocab", "a,b", "--max-len", "2", "--format", "fp16",
+                       "--p", "8")
+    assert code == 2 and "--format gives the whole format" in err
