@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from bench_grid import time_exhaustive
+
 import verifier
 
 FORMATS = ("bf16", "fp16", "e4m3", "e5m2", "fp32", "bf16+bf16acc")
@@ -31,12 +33,7 @@ def main() -> None:
     problems = {"FX": fx_problem}
     problems.update({name: verifier.build_problem(args.task, N=args.N, arith=name, model=fx_problem.model)
                      for name in FORMATS})
-    times, verdicts = {}, {}
-    for _ in range(args.repeat):
-        for name, problem in problems.items():
-            r = verifier.run(problem, "exhaustive", workers=1)
-            times[name] = min(times.get(name, r.seconds), r.seconds)
-            verdicts[name] = r.verdict
+    times, verdicts = time_exhaustive(problems, args.repeat)
     for name, sec in times.items():
         print(f"  {name:<14} {verdicts[name]:<8} {sec:7.2f} s  {task.total / sec:>12,.0f} inputs/s")
     for name, sec in times.items():

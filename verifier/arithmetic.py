@@ -643,8 +643,25 @@ def make_format(spec: Optional[str] = None, *, N: Optional[int] = None, p: Optio
     return Grid.symmetric(*args, **rules)
 
 
+class Float64Values:
+    """What the arithmetics whose values are float64 arrays share (`Real`, `floats.FloatArith`): no
+    integer capacity to check, a value is its own real number, ReLU is exact."""
+
+    def check_capacity(self, max_terms: int) -> None:
+        return None
+
+    def check_model(self, model) -> None:
+        return None
+
+    def to_real(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float64)
+
+    def relu(self, x: np.ndarray) -> np.ndarray:
+        return np.maximum(x, 0.0)
+
+
 @dataclass(frozen=True)
-class Real:
+class Real(Float64Values):
     """The float64 reference arithmetic ("exact-real" in fixed-point.md, "Reference arithmetic").
 
     Used for margins and for showing what rounding changed; it never decides a verdict.
@@ -658,15 +675,6 @@ class Real:
 
     def context(self, batch_shape: tuple, locate: bool = False) -> Ctx:
         return Ctx(batch_shape, False, locate)
-
-    def check_capacity(self, max_terms: int) -> None:
-        return None
-
-    def check_model(self, model) -> None:
-        return None
-
-    def to_real(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64)
 
     def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w = np.asarray(w, dtype=np.float64)
@@ -685,9 +693,6 @@ class Real:
 
     def mix(self, w, v, ctx, name):
         return w @ v
-
-    def relu(self, x):
-        return np.maximum(x, 0.0)
 
     def above(self, y: np.ndarray, theta: float | Fraction) -> np.ndarray:
         return y > float(theta)

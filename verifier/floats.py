@@ -32,7 +32,7 @@ import ml_dtypes
 import mpmath
 import numpy as np
 
-from .arithmetic import Ctx, Recorder
+from .arithmetic import Ctx, Float64Values, Recorder
 from .support.errors import InputError
 
 FLOAT_ROUNDINGS = ("nearest", "floor", "zero", "ceil")  # IEEE 754's four: ties to even, toward -inf, 0, +inf
@@ -174,7 +174,7 @@ def fraction_odd(x: Fraction) -> float:
 
 
 @dataclass(frozen=True)
-class FloatArith:
+class FloatArith(Float64Values):
     """The mixed-precision recipe (docs/arithmetic.md, "Floating-point formats"): weights and
     activations in `storage`; products, sums and the logits in `acc`, which also runs softmax;
     attention weights back to `storage` for the value mix.  Rounding points are named in `describe`."""
@@ -217,15 +217,6 @@ class FloatArith:
 
     def context(self, batch_shape: tuple, locate: bool = False) -> Ctx:
         return Ctx(batch_shape, self.overflow == "error", locate)
-
-    def check_capacity(self, max_terms: int) -> None:
-        return None
-
-    def check_model(self, model) -> None:
-        return None
-
-    def to_real(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64)
 
     # -- rounding ------------------------------------------------------------------------------
     def _to(self, fmt: FloatFormat, x: np.ndarray, ctx: Ctx, name: str,
@@ -282,9 +273,6 @@ class FloatArith:
         w = self._to(self.storage, w, ctx, f"{name}.weights")
         return self._dot(w[..., :, None, :], np.swapaxes(v, -1, -2)[..., None, :, :], None, ctx, name,
                          out=self.storage)
-
-    def relu(self, x: np.ndarray) -> np.ndarray:
-        return np.maximum(x, 0.0)
 
     def add(self, x, y, ctx: Ctx, name: str) -> np.ndarray:
         return self._to(self.storage, add_odd(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)),
