@@ -20,8 +20,17 @@ import click
 
 import verifier
 from verifier import exact
-from verifier.arithmetic import (ACCUMULATES, ALL_ROUNDINGS, FORMAT_HELP, OVERFLOW_HELP, OVERFLOWS, ROUNDING_HELP,
-                                 ROUNDINGS, make_format, parse_format)
+from verifier.arithmetic import (
+    ACCUMULATES,
+    ALL_ROUNDINGS,
+    FORMAT_HELP,
+    OVERFLOW_HELP,
+    OVERFLOWS,
+    ROUNDING_HELP,
+    ROUNDINGS,
+    make_format,
+    parse_format,
+)
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES
 from verifier.errata import CLAIMS as ERRATA_CLAIMS
@@ -35,7 +44,6 @@ from verifier.importers.transformer_lens import ROUND_TRIP_TOLERANCE
 from verifier.importers.transformer_lens import convert as convert_state_dict
 from verifier.modelfile import META_SCHEMA
 from verifier.outputs import plots, report
-from verifier.runs.formats import format_table
 from verifier.outputs.dump import format_trace, prepare_dump_dir, trace_json, write_dumps
 from verifier.refute import separation, shapes
 from verifier.refute.certificate_check import CERTIFICATE_SCHEMA, check_certificate
@@ -51,6 +59,7 @@ from verifier.runs.api import build_construction
 from verifier.runs.cache import Cache
 from verifier.runs.cache import default_path as default_cache_path
 from verifier.runs.cluster import Cluster
+from verifier.runs.formats import format_table
 from verifier.runs.progress import Overall
 from verifier.runs.progress import line as progress_line
 from verifier.runs.specs import PROFILES, load_specs, spec_schema

@@ -38,11 +38,11 @@ from reference import RefFloat, RefFX, RefGrid, quantize_model, ref_answer, ref_
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, Fixed, FixedPoint, Grid
 from verifier.constructions.index_lookup import build as build_idxl
-from verifier.floats import FloatArith
 from verifier.engines import ENGINES, Problem, RunOptions
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.smt import DECIDED, Smt
 from verifier.evaluator import make_evaluator
+from verifier.floats import FloatArith
 from verifier.model import Readout, Recurrent
 from verifier.smt.encoding import encode
 from verifier.support.budget import Deadline

@@ -31,7 +31,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union, cast
 
 import mpmath
 import numpy as np
@@ -211,7 +211,7 @@ class Fixed:
         return self.round_den(self.scale_num(x))
 
     # -- rounding and saturation --------------------------------------------------------------
-    def round_div(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    def round_div(self, num: np.ndarray, den: "np.ndarray | int | np.integer") -> np.ndarray:
         """R-rounding of the exact rational num / den, den > 0 (no saturation)."""
         q = num // den
         if self.rounding == "floor":
@@ -626,7 +626,7 @@ def make_format(spec: Optional[str] = None, *, N: Optional[int] = None, p: Optio
         if p is not None or f is not None or accumulate != "product":
             raise InputError(f"--p, --f and --accumulate are fixed point's; --format {spec} is a float format (its "
                              f"accumulation format is spelled in it: +ACCacc)")
-        storage, acc = args
+        storage, acc = cast(tuple, args)
         return FloatArith(storage, acc, rounding or "nearest", overflow or ("error" if storage.ieee else "saturate"))
     rules = dict(rounding=rounding or "floor", overflow=overflow or "saturate", accumulate=accumulate)
     if kind == "fx":
@@ -653,7 +653,7 @@ class Float64Values:
     def check_model(self, model) -> None:
         return None
 
-    def to_real(self, x: np.ndarray) -> np.ndarray:
+    def to_real(self, x: "np.ndarray | float") -> np.ndarray:
         return np.asarray(x, dtype=np.float64)
 
     def relu(self, x: np.ndarray) -> np.ndarray:

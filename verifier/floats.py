@@ -110,12 +110,12 @@ class FloatFormat:
         return v, over
 
     def finite_values(self) -> np.ndarray:
-        """Every finite value, ascending (for tests and tables)."""
+        """Every finite value, ascending (for the tests)."""
         mags = [0.0] + [math.ldexp(m, self.emin - self.M) for m in range(1, 1 << self.M)]
         for ex in range(self.emin, self.emax + 1):
             mags += [math.ldexp((1 << self.M) + m, ex - self.M) for m in range(1 << self.M)]
-        mags = np.array([v for v in mags if v <= self.max])
-        return np.concatenate([-mags[:0:-1], mags])
+        up = np.array([v for v in mags if v <= self.max])
+        return np.concatenate([-up[:0:-1], up])
 
 
 def float_format(name: str) -> FloatFormat:

@@ -12,8 +12,8 @@ from typing import Any, Callable, Optional, Protocol
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..floats import FloatArith
 from ..evaluator import Judged, make_evaluator
+from ..floats import FloatArith
 from ..model import Model, Recurrent
 from ..support.budget import Deadline
 from ..tasks import Task

@@ -19,10 +19,10 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..arithmetic import Fixed, make_format, parse_format
-from ..floats import FloatArith
 from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from ..evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
+from ..floats import FloatArith
 from ..model import Model, Recurrent, weights_sha256
 from ..result import Counterexample, Result, count_text
 from ..smt import solvers
@@ -53,8 +53,8 @@ class Traced:
 
 def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = None, p: Optional[int] = None,
                   f: Optional[int] = None, rounding: Optional[str] = None, overflow: Optional[str] = None,
-                  accumulate: str = "product", arith: "str | Fixed | FloatArith | None" = None, variant: Optional[str] = None,
-                  k: Optional[int] = None, eta: Optional[float] = None, seed: int = 0,
+                  accumulate: str = "product", arith: "str | Fixed | FloatArith | None" = None,
+                  variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None, seed: int = 0,
                   model: Optional[Model | Recurrent] = None, **task_options) -> Problem:
     """The task at size N (with its options, e.g. ``sigma=4``), the arithmetic, and the built-in
     construction in the given variant (default: corrected), or the given model.  `task` may also
