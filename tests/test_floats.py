@@ -234,3 +234,13 @@ def test_tracr_in_a_float_format(capsys):
     code, _, err = run(capsys, "tracr", "lib:make_length", "--vocab", "a,b", "--max-len", "2", "--format", "fp16",
                        "--p", "8")
     assert code == 2 and "--format gives the whole format" in err
+
+
+def test_trace_and_dump_of_a_float_counterexample(capsys, tmp_path):
+    """--trace and --dump of a counterexample in a float format: every intermediate in the format
+    beside the real one, and the first departure measured in the spacing at 1 (2^-M)."""
+    code, out, err = run(capsys, "dyck22", "--N", "4", "--format", "e4m3", "--trace", "--dump", tmp_path / "d")
+    assert code == 1, err
+    assert "first departure (the format more than one step from real)" in out and "L0.H0.attn" in out
+    dumped = list((tmp_path / "d").glob("*.json"))
+    assert dumped and '"first_departure"' in dumped[0].read_text()
