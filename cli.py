@@ -20,7 +20,17 @@ import click
 
 import verifier
 from verifier import exact
-from verifier.arithmetic import ACCUMULATES, FORMAT_HELP, OVERFLOWS, ROUNDINGS, make_format, parse_format
+from verifier.arithmetic import (
+    ACCUMULATES,
+    ALL_ROUNDINGS,
+    FORMAT_HELP,
+    OVERFLOW_HELP,
+    OVERFLOWS,
+    ROUNDING_HELP,
+    ROUNDINGS,
+    make_format,
+    parse_format,
+)
 from verifier.constructions import CONSTRUCTIONS
 from verifier.engines import ENGINES
 from verifier.errata import CLAIMS as ERRATA_CLAIMS
@@ -49,6 +59,7 @@ from verifier.runs.api import build_construction
 from verifier.runs.cache import Cache
 from verifier.runs.cache import default_path as default_cache_path
 from verifier.runs.cluster import Cluster
+from verifier.runs.formats import format_table
 from verifier.runs.progress import Overall
 from verifier.runs.progress import line as progress_line
 from verifier.runs.specs import PROFILES, load_specs, spec_schema
@@ -104,8 +115,8 @@ def arithmetic_options(fn):
         click.option("--p", "p", type=int, default=None,
                      help="Bits per number (p >= 2) of --format fx (required there)."),
         click.option("--f", "f", type=int, default=None, help="Fractional bits of --format fx (default p // 2)."),
-        click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True),
-        click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True),
+        click.option("--rounding", type=click.Choice(ALL_ROUNDINGS), default=None, help=ROUNDING_HELP),
+        click.option("--overflow", type=click.Choice(OVERFLOWS), default=None, help=OVERFLOW_HELP),
         click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True),
     ]):
         fn = opt(fn)
@@ -531,12 +542,15 @@ def sweep_output_options(fn):
               help="Sweep this model file instead of the built-in construction.")
 @click.option("--program", default=None, help="With TASK_NAME tracr: the RASP program (as for verify tracr).")
 @click.option("--N", "N_range", default=None, help=f"The N: {RANGE_HELP} (a Tracr program: its --max-len).")
-@click.option("--p", "p_range", required=True, help=f"The p: {RANGE_HELP}.")
+@click.option("--p", "p_range", default=None, help=f"The p: {RANGE_HELP} (required without --format).")
+@click.option("--format", "formats", default=None, metavar="FORMATS",
+              help="Instead of --p: formats, comma-separated (e.g. bf16,fp16,e4m3,e5m2): the verdict at each N and "
+                   "format, and each failing format's counterexample.")
 @click.option("--f", "f_range", default=None,
               help=f"Fractional bits (default p // 2 for each p): {RANGE_HELP}; several, with one N, give p* at "
                    f"each f and the smallest format.")
-@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
-@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--rounding", type=click.Choice(ALL_ROUNDINGS), default=None, help=ROUNDING_HELP)
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default=None, help=OVERFLOW_HELP)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @task_option_flags(ALL_TASK_OPTIONS)
 @construction_options(("variant", "eta", "seed"))
@@ -549,8 +563,8 @@ def sweep_output_options(fn):
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 @sweep_output_options
 @cluster_options
-def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_range, rounding, overflow, accumulate,
-              variant, k_range, eta, seed, max_len, causal, mlp_exactness, engine, timeout, **rest):
+def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, formats, f_range, rounding, overflow,
+              accumulate, variant, k_range, eta, seed, max_len, causal, mlp_exactness, engine, timeout, **rest):
     """The precision frontier: smallest p that proves the construction (or --model, or a Tracr
     program: verify sweep tracr --program lib:make_length --vocab a,b,c --max-len 4), for each N.
 
@@ -561,6 +575,17 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
         raise InputError("give the task once: as TASK_NAME or as --task")
     task_name = task_name or task_option
     options = {o.name: rest.pop(o.name) for o in ALL_TASK_OPTIONS}
+    ks = parse_range(k_range, "--k") if k_range is not None else None
+    k, ks = (ks[0], None) if ks is not None and len(ks) == 1 else (None, ks)
+    if formats is not None:
+        if ks:
+            raise InputError("--format compares formats at one width: give one --k")
+        return sweep_formats(task_name, formats, N_range, model_path, program, max_len, causal, mlp_exactness,
+                             rounding, overflow, engine, timeout, rest.pop("as_json"), options,
+                             dict(variant=variant, k=k, eta=eta, seed=seed))
+    if p_range is None:
+        raise InputError("give --p (a range of bits) or --format (formats to compare)")
+    rounding, overflow = rounding or "floor", overflow or "saturate"
     rest["fmt"] = table_format(rest.pop("as_json"), rest.pop("as_csv"))
     ps = parse_range(p_range, "--p")
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate, engine=engine, timeout=timeout)
@@ -578,10 +603,33 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
     if N_range is None:
         raise InputError("--N is required (a range like 2..16)")
     model = verifier.load_model(model_path) if model_path else None
-    ks = parse_range(k_range, "--k") if k_range is not None else None
-    k, ks = (ks[0], None) if ks is not None and len(ks) == 1 else (None, ks)
     return sweep_frontier(task_name, parse_range(N_range, "--N"), ps, f_range, model=model, variant=variant, k=k,
                           eta=eta, seed=seed, **({"ks": ks} if ks else {}), **arith, **options, **rest)
+
+
+def sweep_formats(task_name, formats, N_range, model_path, program, max_len, causal, mlp_exactness, rounding,
+                  overflow, engine, timeout, as_json, options, construction) -> int:
+    """verify sweep TASK --N ... --format A,B,...: the verdict table of `format_table`."""
+    refuse_given(("f_range", "accumulate", "int_bits", "output", "as_csv", "plot_path", "scheduler", "cache_path",
+                  "no_cache", "force", "cluster_address"),
+                 "a sweep over --p's; with --format each format is run once at each N")
+    arith = dict(rounding=rounding, overflow=overflow, engine=engine, timeout=timeout)
+    names = [f.strip() for f in formats.split(",")]
+    if task_name == "tracr":
+        if program is None or model_path is not None or N_range is not None:
+            raise InputError("verify sweep tracr takes --program, --vocab and --max-len (not --model or --N)")
+        with time_limit(Deadline(timeout)):
+            compiled = compile_tracr(program, options.pop("vocab"), max_len, causal, mlp_exactness)
+        table = format_table(compiled.task, [max_len], names, model=compiled.model, **arith)
+    else:
+        if N_range is None:
+            raise InputError("--N is required (a range like 2..16)")
+        model = verifier.load_model(model_path) if model_path else None
+        extra = {} if model else {k: v for k, v in construction.items() if v is not None}
+        table = format_table(task_name, parse_range(N_range, "--N"), names, model=model, **arith, **extra,
+                             **{k: v for k, v in options.items() if v is not None})
+    click.echo(json.dumps(table.to_json(), indent=2) if as_json else "\n".join(table.lines()))
+    return table.exit_code
 
 
 @cli.command("tracr")
@@ -593,8 +641,10 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
 @click.option("--f", "f_range", default=None,
               help=f"Fractional bits (default p // 2): {RANGE_HELP}; several find p* at each f and the smallest "
                    f"format.")
-@click.option("--rounding", type=click.Choice(ROUNDINGS), default="floor", show_default=True)
-@click.option("--overflow", type=click.Choice(OVERFLOWS), default="saturate", show_default=True)
+@click.option("--format", "fmt", default=None, metavar="FORMAT",
+              help="Verify in this format instead of FX(p, f) (one run; e.g. bf16, e4m3+fp16acc): " + FORMAT_HELP)
+@click.option("--rounding", type=click.Choice(ALL_ROUNDINGS), default=None, help=ROUNDING_HELP)
+@click.option("--overflow", type=click.Choice(OVERFLOWS), default=None, help=OVERFLOW_HELP)
 @click.option("--accumulate", type=click.Choice(ACCUMULATES), default="product", show_default=True)
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="Also write the converted model as a model file (never overwrites without --force).")
@@ -602,7 +652,7 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, f_r
 @run_timeout_option("run_timeout", " (each p)")
 @sweep_output_options
 @cluster_options
-def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, rounding, overflow, accumulate,
+def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, fmt, rounding, overflow, accumulate,
               save, engine, solver, smtlib, timeout, max_counterexamples, start, stop, workers, cluster_address,
               as_json, dump, trace, run_timeout, int_bits, output, as_csv, plot_path, force, scheduler, cache_path,
               no_cache):
@@ -614,7 +664,10 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     that proves it, and the counterexample at p* - 1; with a range of f too, p* at each f (--json,
     --csv: the table as JSON or CSV)."""
     deadline = Deadline(timeout)
-    ps = parse_range(p_range, "--p")
+    if fmt is not None:
+        refuse_given(("p_range", "f_range"), "--format gives the whole format (one run)")
+        parse_format(fmt)  # a bad format fails before Tracr compiles
+    ps = [None] if fmt is not None else parse_range(p_range, "--p")
     fs = parse_range(f_range, "--f") if f_range is not None else [None]
     if len(ps) == 1:
         refuse_given(("int_bits", "output", "plot_path", "as_csv", "run_timeout", "scheduler", "cache_path"),
@@ -633,9 +686,12 @@ def tracr_cmd(program, vocab, max_len, causal, mlp_exactness, p_range, f_range, 
     if save:
         click.echo(f"wrote {verifier.save_model(compiled.model, save, force)}", err=True)
     arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
+    if len(ps) > 1:  # the frontier's cache keys name fixed point's rules
+        arith.update(rounding=rounding or "floor", overflow=overflow or "saturate")
     if len(ps) == 1:
         with deadline.enforced():
-            problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], model=compiled.model, **arith)
+            problem = verifier.build_problem(compiled.task, p=ps[0], f=fs[0], arith=fmt, model=compiled.model,
+                                             **arith)
         return decide(problem, engine, deadline, max_counterexamples, start, stop, workers, cluster_address, as_json,
                       dump, trace, solver, smtlib)
     return sweep_frontier(compiled.task, [max_len], ps, f_range, int_bits, output, table_format(as_json, as_csv),

@@ -20,6 +20,18 @@ import verifier
 from verifier.arithmetic import Grid
 
 
+def time_exhaustive(problems: dict, repeat: int) -> tuple[dict, dict]:
+    """Each problem decided by the exhaustive engine (one worker) `repeat` times, in turn: the
+    shortest time and the verdict of each."""
+    times, verdicts = {}, {}
+    for _ in range(repeat):
+        for name, problem in problems.items():
+            r = verifier.run(problem, "exhaustive", workers=1)
+            times[name] = min(times.get(name, r.seconds), r.seconds)
+            verdicts[name] = r.verdict
+    return times, verdicts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--task", default="idxl")
@@ -37,12 +49,7 @@ def main() -> None:
           f"d={fx_problem.model.d}")
     problems = {name: verifier.build_problem(args.task, N=args.N, arith=fmt, model=fx_problem.model)
                 for name, fmt in formats.items()}
-    times, verdicts = {}, {}
-    for _ in range(args.repeat):
-        for name, problem in problems.items():
-            r = verifier.run(problem, "exhaustive", workers=1)
-            times[name] = min(times.get(name, r.seconds), r.seconds)
-            verdicts[name] = r.verdict
+    times, verdicts = time_exhaustive(problems, args.repeat)
     for name, fmt in formats.items():
         sec = times[name]
         print(f"  {name:<36} {verdicts[name]:<8} {sec:7.2f} s  {task.total / sec:>12,.0f} inputs/s   [{fmt.label()}]")

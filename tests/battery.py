@@ -33,7 +33,7 @@ from fractions import Fraction
 
 import numpy as np
 from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
-from reference import RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
+from reference import RefFloat, RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, Fixed, FixedPoint, Grid
@@ -42,6 +42,7 @@ from verifier.engines import ENGINES, Problem, RunOptions
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.smt import DECIDED, Smt
 from verifier.evaluator import make_evaluator
+from verifier.floats import FloatArith
 from verifier.model import Readout, Recurrent
 from verifier.smt.encoding import encode
 from verifier.support.budget import Deadline
@@ -216,8 +217,10 @@ def _random_recurrent(rng: np.random.Generator, task, fx: Fixed) -> Recurrent:
                      list(task.vocab))
 
 
-def reference_format(fx: Fixed) -> RefFX:
+def reference_format(fx: "Fixed | FloatArith") -> "RefFX | RefFloat":
     """The independent reference of a format (tests/reference.py)."""
+    if isinstance(fx, FloatArith):
+        return RefFloat(*((f.E, f.M, f.ieee) for f in (fx.storage, fx.acc)), fx.rounding, fx.overflow)
     if isinstance(fx, FixedPoint):
         return RefFX(fx.p, fx.f, fx.rounding, fx.overflow, fx.accumulate)
     return RefGrid(fx.step, fx.lo, fx.hi, fx.rounding, fx.overflow, fx.accumulate)
@@ -290,8 +293,8 @@ def decide_all(problem: Problem, engine_seconds: float = ENGINE_SECONDS, through
 def _encoding_agrees(problem: Problem, failing: set) -> str:
     """Case by case, the SMT formula (bit-vectors) holds at every input enumeration says fails, and
     it has a failing input exactly when the case has one, and only one that fails."""
-    if problem.task.cases is None:  # a list of examples: only enumeration can decide it
-        return "n/a"
+    if problem.task.cases is None or not isinstance(problem.arith, Fixed):  # a list of examples, or floats:
+        return "n/a"  # only enumeration can decide it
     ev = make_evaluator(problem.model, problem.arith)
     status = "agree"
     for case in problem.task.cases():

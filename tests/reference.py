@@ -58,6 +58,15 @@ class RefFX:
                 fl += 1
         return self.sat(fl)
 
+    def logit(self, q: list[int], k: list[int]) -> int:
+        return self.dot(q, k)
+
+    def mix(self, w: list[int], v: list[int]) -> int:
+        return self.dot(w, v)
+
+    def mean(self, xs: list[int]) -> int:
+        return self.R(self.val(Fraction(sum(xs), len(xs))))
+
     def softmax(self, s: list[int]) -> list[int]:
         M = max(s)
         d = [self.sat(x - M) for x in s]
@@ -94,6 +103,91 @@ class RefGrid(RefFX):
             if self.rounding == "nearest" and y - fl > 0.5:
                 fl += 1
         return self.sat(fl)
+
+
+class RefFloat:
+    """The float recipe (docs/arithmetic.md, "Floating-point formats") on exact Fractions: a value is
+    its own "code"; every rounding is done by hand (`round_to`), exp by mpmath at 400 bits.  A format
+    is (E, M, ieee)."""
+
+    def __init__(self, storage, acc, rounding="nearest", overflow="error"):
+        self.S, self.A, self.rounding, self.overflow = storage, acc, rounding, overflow
+        self.ovf = False
+
+    def round_to(self, x: Fraction, fmt) -> Fraction:
+        E, M, ieee = fmt
+        bias = 2 ** (E - 1) - 1
+        emax, emin = (bias if ieee else bias + 1), 1 - bias
+        top = (2 - Fraction(1, 2 ** M) * (1 if ieee else 2)) * Fraction(2) ** emax
+        x = Fraction(x)
+        if x == 0:
+            return x
+        e = abs(x).numerator.bit_length() - abs(x).denominator.bit_length()
+        while Fraction(2) ** e > abs(x):
+            e -= 1
+        while Fraction(2) ** (e + 1) <= abs(x):
+            e += 1
+        q = Fraction(2) ** (max(e, emin) - M)
+        y = x / q
+        fl = math.floor(y)
+        if self.rounding == "floor":
+            n = fl
+        elif self.rounding == "ceil":
+            n = math.ceil(y)
+        elif self.rounding == "zero":
+            n = math.trunc(y)
+        else:
+            rem = y - fl
+            n = fl + (rem > Fraction(1, 2) or (rem == Fraction(1, 2) and fl % 2 == 1))
+        v = n * q
+        if abs(v) > top:
+            self.ovf = True
+            v = top if v > 0 else -top
+        return v
+
+    def R(self, x: Fraction) -> Fraction:
+        return self.round_to(x, self.S)
+
+    sat = R  # ref_forward's "sat(a + b)": the exact sum rounded to storage
+
+    def val(self, c: Fraction) -> Fraction:
+        return c
+
+    def _acc_sum(self, terms: list) -> Fraction:
+        total = None
+        for t in terms:
+            total = t if total is None else self.round_to(total + t, self.A)
+        return Fraction(0) if total is None else total
+
+    def logit(self, a: list, b: list) -> Fraction:
+        return self._acc_sum([self.round_to(x * y, self.A) for x, y in zip(a, b)])
+
+    def dot(self, a: list, b: list, bias=None) -> Fraction:
+        s = self.logit(a, b)
+        if bias is not None:
+            s = self.round_to(s + bias, self.A)
+        return self.R(s)
+
+    def mix(self, w: list, v: list) -> Fraction:
+        return self.dot([self.R(x) for x in w], v)
+
+    def mean(self, xs: list) -> Fraction:
+        return self.R(self._acc_sum(xs) / len(xs))
+
+    def exp(self, d: Fraction) -> Fraction:
+        if d == 0:
+            return Fraction(1)
+        if d < -800:  # exp(d) < 2^-1150, far below every format's half smallest value: it rounds as 2^-2000 does
+            return self.round_to(Fraction(1, 2 ** 2000), self.A)
+        with mpmath.workprec(400):
+            m, ex = mpmath.frexp(mpmath.exp(mpmath.mpf(d.numerator) / d.denominator))
+            return self.round_to(Fraction(int(mpmath.ldexp(m, 400))) * Fraction(2) ** (int(ex) - 400), self.A)
+
+    def softmax(self, s: list) -> list:
+        M = max(s)
+        e = [self.exp(self.round_to(x - M, self.A)) for x in s]
+        Z = self._acc_sum(e)
+        return [self.round_to(x / Z, self.A) for x in e]
 
 
 def quantize(fx: RefFX, W) -> tuple[list, bool]:
@@ -172,14 +266,13 @@ def ref_forward(model, fx: RefFX, tokens: list[int], q: dict | None = None,
                 qv = [fx.dot(row, X[i][0], b) for row, b in zip(WQ, bQ or [None] * len(WQ))]
                 ks = [[fx.dot(row, X[j][0], b) for row, b in zip(WK, bK or [None] * len(WK))] for j in keys]
                 vs = [[fx.dot(row, X[j][0], b) for row, b in zip(WV, bV or [None] * len(WV))] for j in keys]
-                s = [fx.dot(qv, k) for k in ks]
+                s = [fx.logit(qv, k) for k in ks]
                 w = fx.softmax(s) if layer.attention == "softmax" else [max(0, x) for x in s]
-                outs.append([fx.dot(w, [v[c] for v in vs]) for c in range(len(WV))])
+                outs.append([fx.mix(w, [v[c] for v in vs]) for c in range(len(WV))])
             if layer.attention == "softmax":
                 heads = [x for o in outs for x in o]
             else:
-                H = len(outs)
-                heads = [fx.R(fx.val(Fraction(sum(o[c] for o in outs), H))) for c in range(len(outs[0]))]
+                heads = [fx.mean([o[c] for o in outs]) for c in range(len(outs[0]))]
             A = [fx.dot(row, heads, b) for row, b in zip(ql["W_O"], ql["b_O"] or [None] * len(ql["W_O"]))]
             x = [fx.sat(a + b) for a, b in zip(X[i][0], A)] if layer.residual else A
             if layer.has_ffn:

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Bottom first.  Each layer is a list of groups; a group is a package or a list of modules.
 LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
     ("support", {"support": ("verifier.support",)}),
-    ("numbers", {"arithmetic": ("verifier.arithmetic",)}),
+    ("numbers", {"arithmetic": ("verifier.arithmetic", "verifier.floats")}),
     ("data", {"model": ("verifier.model",), "result": ("verifier.result", "verifier.verdicts"),
               "tasks": ("verifier.tasks",)}),
     ("evaluation", {"modelfile": ("verifier.modelfile",),

@@ -31,7 +31,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Union, cast
 
 import mpmath
 import numpy as np
@@ -40,14 +40,18 @@ from .support.budget import require_memory
 from .support.errors import InputError
 
 ROUNDINGS = ("floor", "nearest", "zero")
+ALL_ROUNDINGS = ROUNDINGS + ("ceil",)  # ceil (toward +inf): float formats only
+ROUNDING_HELP = "Default floor for fx and grids; nearest (ties to even) for float formats (which also take ceil)."
+OVERFLOW_HELP = "Default saturate for fx, grids and e4m3; error for the IEEE-like float formats."
 ATTENTION_KINDS = ("softmax", "relu")
 OVERFLOWS = ("saturate", "error")
 ACCUMULATES = ("product", "wide")
 _INT64_SAFE_BITS = 62  # every intermediate stays below 2^62 in magnitude
 B2_SOURCE = "Bhattamishra et al. 2024, arXiv:2406.09347, Appendix B.2"
 FORMAT_HELP = ("fx (binary FX(p, f) with --p and --f, the default), b2:KC (the grid of Bhattamishra et al. "
-               "2024, Appendix B.2, at the task's N: step N^-KC, range [-N^KC, N^KC]) or grid:STEP:MAX (step "
-               "STEP, range [-MAX, MAX], e.g. grid:1/144:144)")
+               "2024, Appendix B.2, at the task's N: step N^-KC, range [-N^KC, N^KC]), grid:STEP:MAX (step "
+               "STEP, range [-MAX, MAX], e.g. grid:1/144:144), or a float format: bf16, fp16, e4m3, e5m2, fp32, "
+               "float:E:M, with fp32 accumulation, or +ACCacc for another (e.g. bf16+bf16acc)")
 
 Recorder = Optional[Callable[[str, np.ndarray], None]]
 
@@ -207,7 +211,7 @@ class Fixed:
         return self.round_den(self.scale_num(x))
 
     # -- rounding and saturation --------------------------------------------------------------
-    def round_div(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    def round_div(self, num: np.ndarray, den: "np.ndarray | int | np.integer") -> np.ndarray:
         """R-rounding of the exact rational num / den, den > 0 (no saturation)."""
         q = num // den
         if self.rounding == "floor":
@@ -563,6 +567,9 @@ def format_text(a: dict) -> str:
     """The arithmetic of a verdict in words, from `describe()` (a verdict's JSON keeps that dict)."""
     rules = f"rounding={a['rounding']} overflow={a['overflow']} accumulate={a['accumulate']}"
     kind = a.get("format", "fx")
+    if kind == "float":
+        from .floats import float_text
+        return float_text(a)
     if kind == "fx":
         return (f"FX(p={a['p']}, f={a['f']}) step 2^-{a['f']}, range [{a['range'][0]:g}, {a['range'][1]:g}]; "
                 + rules)
@@ -577,11 +584,18 @@ def format_text(a: dict) -> str:
 
 
 def parse_format(spec: Optional[str]) -> tuple[str, object]:
-    """``fx`` -> ("fx", None); ``b2:KC`` -> ("b2", Kc); ``grid:STEP:MAX`` -> ("grid", (step, max))."""
+    """``fx`` -> ("fx", None); ``b2:KC`` -> ("b2", Kc); ``grid:STEP:MAX`` -> ("grid", (step, max));
+    a float format ``S`` or ``S+Aacc`` -> ("float", (S, A)) (`verifier.floats`; A default fp32)."""
+    from .floats import NAMED, float_format
     text = "fx" if spec is None else str(spec).strip()
     kind, _, rest = text.partition(":")
     if text == "fx":
         return "fx", None
+    storage, plus, acc = text.partition("+")
+    if storage in NAMED or kind == "float":
+        if plus and not (acc.endswith("acc") and len(acc) > 3):
+            raise InputError(f"--format {text}: the accumulation format is spelled +ACCacc, e.g. bf16+fp32acc")
+        return "float", (float_format(storage), float_format(acc[:-3] if plus else "fp32"))
     if kind == "b2":
         if not rest.isdigit() or int(rest) < 1 or len(rest) > 6:
             raise InputError(f"--format {text}: b2:KC takes Bhattamishra et al.'s Kc, an integer >= 1 (e.g. b2:2)")
@@ -600,12 +614,21 @@ def parse_format(spec: Optional[str]) -> tuple[str, object]:
 
 
 def make_format(spec: Optional[str] = None, *, N: Optional[int] = None, p: Optional[int] = None,
-                f: Optional[int] = None, rounding: str = "floor", overflow: str = "saturate",
-                accumulate: str = "product") -> Fixed:
+                f: Optional[int] = None, rounding: Optional[str] = None, overflow: Optional[str] = None,
+                accumulate: str = "product") -> "Fixed | FloatArith":
     """The format a command line or a spec names (`FORMAT_HELP`); b2 is at the task's size N.
-    --p and --f belong to fx: with another format they are a conflict, refused here."""
+    --p and --f belong to fx: with another format they are a conflict, refused here.  Rounding and
+    overflow default to floor and saturate for fixed point; for a float format to nearest (ties to
+    even) and the format's own overflow (E4M3: saturate; the IEEE-like: error)."""
     kind, args = parse_format(spec)
-    rules = dict(rounding=rounding, overflow=overflow, accumulate=accumulate)
+    if kind == "float":
+        from .floats import FloatArith
+        if p is not None or f is not None or accumulate != "product":
+            raise InputError(f"--p, --f and --accumulate are fixed point's; --format {spec} is a float format (its "
+                             f"accumulation format is spelled in it: +ACCacc)")
+        storage, acc = cast(tuple, args)
+        return FloatArith(storage, acc, rounding or "nearest", overflow or ("error" if storage.ieee else "saturate"))
+    rules = dict(rounding=rounding or "floor", overflow=overflow or "saturate", accumulate=accumulate)
     if kind == "fx":
         if p is None:
             raise InputError("--p is required with --format fx (the default); or give another --format: " + FORMAT_HELP)
@@ -620,8 +643,25 @@ def make_format(spec: Optional[str] = None, *, N: Optional[int] = None, p: Optio
     return Grid.symmetric(*args, **rules)
 
 
+class Float64Values:
+    """What the arithmetics whose values are float64 arrays share (`Real`, `floats.FloatArith`): no
+    integer capacity to check, a value is its own real number, ReLU is exact."""
+
+    def check_capacity(self, max_terms: int) -> None:
+        return None
+
+    def check_model(self, model) -> None:
+        return None
+
+    def to_real(self, x: "np.ndarray | float") -> np.ndarray:
+        return np.asarray(x, dtype=np.float64)
+
+    def relu(self, x: np.ndarray) -> np.ndarray:
+        return np.maximum(x, 0.0)
+
+
 @dataclass(frozen=True)
-class Real:
+class Real(Float64Values):
     """The float64 reference arithmetic ("exact-real" in fixed-point.md, "Reference arithmetic").
 
     Used for margins and for showing what rounding changed; it never decides a verdict.
@@ -635,15 +675,6 @@ class Real:
 
     def context(self, batch_shape: tuple, locate: bool = False) -> Ctx:
         return Ctx(batch_shape, False, locate)
-
-    def check_capacity(self, max_terms: int) -> None:
-        return None
-
-    def check_model(self, model) -> None:
-        return None
-
-    def to_real(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(x, dtype=np.float64)
 
     def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w = np.asarray(w, dtype=np.float64)
@@ -662,9 +693,6 @@ class Real:
 
     def mix(self, w, v, ctx, name):
         return w @ v
-
-    def relu(self, x):
-        return np.maximum(x, 0.0)
 
     def above(self, y: np.ndarray, theta: float | Fraction) -> np.ndarray:
         return y > float(theta)
@@ -687,7 +715,9 @@ class Real:
         return e / Z
 
 
-Arithmetic = Fixed | Real
+if TYPE_CHECKING:
+    from .floats import FloatArith
+Arithmetic = Union[Fixed, Real, "FloatArith"]
 
 
 def threshold_code(theta: float | Fraction, fx: Fixed) -> int:

@@ -32,7 +32,7 @@ from typing import Optional
 
 import numpy as np
 
-from .arithmetic import Arithmetic, Ctx, Fixed, Real, Recorder
+from .arithmetic import Arithmetic, Ctx, Real, Recorder
 from .model import Model, Recurrent
 from .support.budget import TooLarge, fmt_bytes, require_memory
 from .support.errors import InputError
@@ -219,7 +219,7 @@ class _Reader:
 
         require_memory(2 * 8 * model.n_params(), "the quantized model")
         self.q = model.map_arrays(quantize)
-        tracked = isinstance(arith, Fixed) and arith.overflow == "error" and bool(self.saturated_params)
+        tracked = not isinstance(arith, Real) and arith.overflow == "error" and bool(self.saturated_params)
         self.saturated_use = use if tracked else None
 
     def _start(self, tokens: np.ndarray, locate: bool, P_mask: np.ndarray) -> tuple[np.ndarray, "_Saturations"]:

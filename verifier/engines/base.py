@@ -13,6 +13,7 @@ import numpy as np
 
 from ..arithmetic import Fixed
 from ..evaluator import Judged, make_evaluator
+from ..floats import FloatArith
 from ..model import Model, Recurrent
 from ..support.budget import Deadline
 from ..tasks import Task
@@ -26,7 +27,7 @@ class Problem:
 
     task: Task
     model: Model | Recurrent
-    arith: Fixed  # FX(p, f) or another grid (`verifier.arithmetic`)
+    arith: "Fixed | FloatArith"  # FX(p, f), another grid (`verifier.arithmetic`) or a float format (`verifier.floats`)
     built_in: bool = False  # the model is a built-in construction, built for this problem
     weights_sha256: Optional[str] = None  # of the model as given, when its readout rows were put in class order
     _generic: Any = field(default=None, init=False, repr=False, compare=False)
@@ -106,6 +107,14 @@ class EngineResult:
     tightest: Optional[int] = None  # index of an input with the smallest margin
     stats: dict = field(default_factory=dict)
     checked: Optional[Checked] = None  # the inputs of the task judged among those covered (None: not counted)
+
+
+def codes_only(problem: Problem) -> Optional[str]:
+    """Why an engine that works on fixed-point codes cannot run a float format, or None."""
+    if isinstance(problem.arith, Fixed):
+        return None
+    return (f"it works on fixed-point codes; {problem.arith.storage.name} is a float format (the exhaustive engine "
+            f"decides float formats)")
 
 
 class Engine(Protocol):

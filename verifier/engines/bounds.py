@@ -55,7 +55,7 @@ from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import case_splits
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick
+from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
 from .cost import products
 
 LEAF_INPUTS = 256  # a box with at most this many inputs is split into its inputs at once
@@ -265,6 +265,8 @@ class Bounds:
     symbolic = True
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
+        if codes_only(problem):
+            return codes_only(problem)
         model = problem.model
         if isinstance(model, Recurrent):
             return "it bounds attention; a recurrent model has none"

@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from ..arithmetic import Fixed
 from ..evaluator import _LOGIT_TABLE_LIMIT
 from ..model import Model, Recurrent
 from .base import Problem, RunOptions
@@ -34,6 +35,7 @@ from .exhaustive import LIMIT, PARALLEL_ABOVE
 
 PER_POSITION = 1.5e-7  # seconds per position of a member of the enumeration: drawing, filtering, judging it
 PER_ELEMENT = 1.3e-8  # seconds per element of the forward pass (`work_per_input`) of an input
+FLOAT_ELEMENTS = 4.0  # an element in a float format costs about 4 FX elements (benchmarks/bench_formats.py: 3.5 .. 4.2)
 SOFTMAX_PASSES = 6  # a softmax weight costs about as many products (max, exp table, sum, quotient, rounding)
 SAMPLE_WINDOWS, SAMPLE_MEMBERS = 4, 4096  # members drawn to count the share of inputs (`input_share`)
 
@@ -100,6 +102,7 @@ def enumeration_seconds(problem: Problem, opts: RunOptions) -> float:
     if size > LIMIT:  # out of reach at any speed
         return math.inf
     L = task.max_len
-    per_member = PER_POSITION * L + input_share(task, opts.start, stop) * PER_ELEMENT * work_per_input(problem.model, L)
+    per_element = PER_ELEMENT * (1.0 if isinstance(problem.arith, Fixed) else FLOAT_ELEMENTS)
+    per_member = PER_POSITION * L + input_share(task, opts.start, stop) * per_element * work_per_input(problem.model, L)
     workers = opts.workers or (min(2, os.cpu_count() or 1) if size > PARALLEL_ABOVE else 1)
     return size * per_member / workers

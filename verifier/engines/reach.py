@@ -21,7 +21,7 @@ from ..evaluator import RecurrentEvaluator, make_evaluator
 from ..model import Recurrent
 from ..support.budget import TimedOut
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick
+from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
 
 
 class Reach:
@@ -29,6 +29,8 @@ class Reach:
     symbolic = True  # it never evaluates most inputs one by one: `api` sample-checks its proofs
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
+        if codes_only(problem):
+            return codes_only(problem)
         if not isinstance(problem.model, Recurrent):
             return "it decides recurrent models (the model is a transformer)"
         if problem.task.dfa is None:

@@ -26,7 +26,7 @@ from ..support.budget import Deadline, TimedOut
 from ..support.errors import InputError, InternalError
 from ..tasks.base import case_splits
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick
+from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
 
 STAT_KEYS = ("conflicts", "decisions", "propagations", "sat conflicts", "sat decisions")  # summed over solves
 PEAKS = ("max memory",)  # z3's peak memory in MB: the largest over the solves
@@ -51,6 +51,8 @@ class Smt:
         self.theory = theory
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
+        if codes_only(problem):
+            return codes_only(problem)
         if problem.task.cases is None:
             return f"task {problem.task.name} has no case splits"
         if not opts.whole(problem.task.total):

@@ -134,10 +134,12 @@ def write_dumps(result: Result, directory: str | Path, extra: dict | None = None
 
 
 def format_tag(a: dict) -> str:
-    """The format in a file name: p12 (FX), b2-Kc2, grid-1_144-144."""
+    """The format in a file name: p12 (FX), b2-Kc2, grid-1_144-144, bf16-fp32acc."""
     kind = a.get("format", "fx")
     if kind == "fx":
         return f"p{a['p']}"
+    if kind == "float":
+        return f"{a['storage']}-{a['accumulate']}acc".replace(":", "_")
     if kind == "b2":
         return f"b2-Kc{a['Kc']}"
     return f"grid-{a['step_exact']}-{a['range_exact'][1]}".replace("/", "_")

@@ -149,7 +149,8 @@ def _badge(verdict: str) -> str:
 
 
 def _arithmetic(a: dict) -> str:
-    keys = ["format", "source", "N", "Kc", "p", "f", "step", "step_exact", "range", "range_exact", "codes",
+    keys = ["format", "source", "N", "Kc", "p", "f", "storage", "E", "M", "ieee", "max", "tiny", "softmax", "step",
+            "step_exact", "range", "range_exact", "codes",
             "code_count", "bits", "rounding", "overflow", "accumulate", "quantization_error", "saturated_parameters"]
     return _table([(_e(k), f'<span class="num">{_e(a[k])}</span>') for k in keys if k in a])
 

@@ -22,6 +22,7 @@ from ..arithmetic import Fixed, make_format, parse_format
 from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from ..evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
+from ..floats import FloatArith
 from ..model import Model, Recurrent, weights_sha256
 from ..result import Counterexample, Result, count_text
 from ..smt import solvers
@@ -51,9 +52,9 @@ class Traced:
 
 
 def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = None, p: Optional[int] = None,
-                  f: Optional[int] = None, rounding: str = "floor", overflow: str = "saturate",
-                  accumulate: str = "product", arith: "str | Fixed | None" = None, variant: Optional[str] = None,
-                  k: Optional[int] = None, eta: Optional[float] = None, seed: int = 0,
+                  f: Optional[int] = None, rounding: Optional[str] = None, overflow: Optional[str] = None,
+                  accumulate: str = "product", arith: "str | Fixed | FloatArith | None" = None,
+                  variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None, seed: int = 0,
                   model: Optional[Model | Recurrent] = None, **task_options) -> Problem:
     """The task at size N (with its options, e.g. ``sigma=4``), the arithmetic, and the built-in
     construction in the given variant (default: corrected), or the given model.  `task` may also
@@ -123,11 +124,13 @@ def check_sizes(task: str, Ns: list[int], *, model: Optional[Model | Recurrent] 
             raise InputError(f"N = {N}: {exc}") from None
 
 
-def _format(arith, N: int, p, f, rounding: str, overflow: str, accumulate: str) -> Fixed:
+def _format(arith, N: int, p, f, rounding: Optional[str], overflow: Optional[str],
+            accumulate: str) -> "Fixed | FloatArith":
     """The problem's format: a format object as given (with no FX option beside it), or the one
     `make_format` reads from a name (None: FX(p, f))."""
-    if isinstance(arith, Fixed):
-        given = {"p": p, "f": f, "rounding": rounding != "floor", "overflow": overflow != "saturate",
+    if isinstance(arith, (Fixed, FloatArith)):
+        given = {"p": p, "f": f, "rounding": rounding not in (None, "floor"),
+                 "overflow": overflow not in (None, "saturate"),
                  "accumulate": accumulate != "product"}
         if any(v not in (None, False) for v in given.values()):
             raise InputError(f"arith={arith.label()} is a whole format; give no "

@@ -1,0 +1,354 @@
+"""Floating-point formats (bf16, fp16, fp8 E4M3 and E5M2, fp32, any float:E:M) and the mixed-precision
+recipe of real kernels: storage in one format, products, sums and softmax in a wider one.
+
+Normative text: ``docs/arithmetic.md``, "Floating-point formats".  Every value of every format here is
+a float64 (a format has at most 24 significant bits and 8 exponent bits), so the evaluator runs on
+float64 arrays holding the format's values exactly.  Each operation is computed exactly, or to a
+float64 *rounded to odd*, and then rounded once to its format: rounding to odd at 53 bits and then
+to a format of p <= 51 bits equals rounding the exact value to that format directly (Boldo and
+Melquiond 2008), in every rounding mode.  Exactness comes from error-free transformations: a product
+of two values is exact in float64 (48 bits at most); a sum's error is TwoSum's; a quotient's
+remainder sign is Dekker's.  exp is the correctly rounded exp of its input (Ziv's strategy: float64
+first, mpmath when float64 cannot decide).
+
+Overflow: a result whose magnitude, rounded with an unbounded exponent, exceeds the largest finite
+value is an overflow.  Infinities and NaN are never carried: under ``overflow = error`` (the IEEE
+formats' default: IEEE 754 would make the result +-inf, and NaN could follow) the overflow fails the
+answers it feeds; under ``overflow = saturate`` (E4M3's default, the OCP spec's saturating
+conversion; for the others the "satfinite" conversions of GPU kernels) it is clamped to the largest
+finite value, and a trace names it.  ml_dtypes gives each named format's dtype; its constants are
+checked against ours, and the tests check its casts (its float64 casts to bfloat16 round twice,
+through float32, so we do not use them for rounding).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+import ml_dtypes
+import mpmath
+import numpy as np
+
+from .arithmetic import Ctx, Float64Values, Recorder
+from .support.errors import InputError
+
+FLOAT_ROUNDINGS = ("nearest", "floor", "zero", "ceil")  # IEEE 754's four: ties to even, toward -inf, 0, +inf
+_ROUND = {"nearest": np.rint, "floor": np.floor, "zero": np.trunc, "ceil": np.ceil}
+_DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "e4m3": ml_dtypes.float8_e4m3fn,
+           "e5m2": ml_dtypes.float8_e5m2, "fp32": np.float32}
+NAMED = {"bf16": (8, 7, True), "fp16": (5, 10, True), "e4m3": (4, 3, False), "e5m2": (5, 2, True),
+         "fp32": (8, 23, True)}  # name -> (exponent bits, mantissa bits, IEEE-like with inf and NaN)
+FLOAT_HELP = ("bf16, fp16, e4m3 (fp8, finite-only), e5m2 (fp8), fp32 or float:E:M (E exponent and M mantissa "
+              "bits, IEEE-like), each with fp32 accumulation; ACC accumulation instead: e.g. bf16+bf16acc")
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format: 1 sign bit, E exponent bits, M mantissa bits, subnormals.
+
+    IEEE-like (``ieee``): the top exponent is inf and NaN, so emax = 2^(E-1) - 1.  Finite-only (E4M3,
+    "fn" in the OCP spec): the top exponent holds normal values except the all-ones mantissa (NaN),
+    so emax = 2^(E-1) and the largest mantissa there is 1.11..10."""
+
+    name: str
+    E: int
+    M: int
+    ieee: bool = True
+
+    def __post_init__(self) -> None:
+        if not (2 <= self.E <= 8 and 1 <= self.M <= 23):
+            raise InputError(f"float:{self.E}:{self.M}: a float format here has 2..8 exponent bits and 1..23 mantissa "
+                             f"bits (its products must be exact in float64)")
+        dtype = _DTYPES.get(self.name)
+        if dtype is not None:  # our constants are the dtype's
+            fi = ml_dtypes.finfo(dtype)
+            assert (float(fi.max), float(fi.smallest_subnormal)) == (self.max, self.tiny), self.name
+
+    @property
+    def bias(self) -> int:
+        return (1 << (self.E - 1)) - 1
+
+    @property
+    def emax(self) -> int:
+        return self.bias if self.ieee else self.bias + 1
+
+    @property
+    def emin(self) -> int:
+        return 1 - self.bias
+
+    @property
+    def max(self) -> float:
+        top = 2.0 - 2.0 ** -self.M if self.ieee else 2.0 - 2.0 ** (1 - self.M)
+        return math.ldexp(top, self.emax)
+
+    @property
+    def tiny(self) -> float:
+        """The smallest positive (subnormal) value."""
+        return math.ldexp(1.0, self.emin - self.M)
+
+    @property
+    def bits(self) -> int:
+        return 1 + self.E + self.M
+
+    def text(self) -> str:
+        kind = "IEEE-like" if self.ieee else "finite-only"
+        return f"{self.name} (E{self.E}M{self.M}, {kind}, max {self.max:.6g})"
+
+    def round(self, x: np.ndarray, rounding: str) -> tuple[np.ndarray, np.ndarray]:
+        """x (float64: exact, or rounded to odd) rounded to this format: (values, overflowed), the
+        overflowed entries clamped to +-max."""
+        x = np.asarray(x, dtype=np.float64)
+        _, e = np.frexp(x)  # |x| in [2^(e-1), 2^e)
+        e = np.maximum(e, self.emin + 1)  # below 2^emin: the subnormals' quantum
+        v = np.ldexp(_ROUND[rounding](np.ldexp(x, self.M + 1 - e)), e - self.M - 1)
+        over = np.abs(v) > self.max
+        if over.any():
+            v = np.where(over, np.copysign(self.max, v), v)
+        return v, over
+
+    def finite_values(self) -> np.ndarray:
+        """Every finite value, ascending (for the tests)."""
+        mags = [0.0] + [math.ldexp(m, self.emin - self.M) for m in range(1, 1 << self.M)]
+        for ex in range(self.emin, self.emax + 1):
+            mags += [math.ldexp((1 << self.M) + m, ex - self.M) for m in range(1 << self.M)]
+        up = np.array([v for v in mags if v <= self.max])
+        return np.concatenate([-up[:0:-1], up])
+
+
+def float_format(name: str) -> FloatFormat:
+    """A format by name: bf16, fp16, e4m3, e5m2, fp32 or float:E:M."""
+    if name in NAMED:
+        return FloatFormat(name, *NAMED[name])
+    parts = name.split(":")
+    if len(parts) == 3 and parts[0] == "float" and all(p.isdigit() and len(p) <= 3 for p in parts[1:]):
+        return FloatFormat(name, int(parts[1]), int(parts[2]))
+    raise InputError(f"--format {name}: not a float format ({FLOAT_HELP})")
+
+
+# -- exact operations, to a float64 rounded to odd ---------------------------------------------------
+def _odd(s: np.ndarray, err: np.ndarray) -> np.ndarray:
+    """The exact value s + err (err: its sign is what counts) rounded to odd at 53 bits, from s, its
+    float64 rounding: s if exact or odd, else its neighbour toward the exact value."""
+    even = (s.view(np.int64) & 1) == 0
+    fix = (err != 0) & even
+    if fix.any():
+        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return s
+
+
+def add_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b rounded to odd (TwoSum gives the exact error)."""
+    s = a + b
+    bb = s - a
+    return _odd(s, (a - (s - bb)) + (b - bb))
+
+
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = 134217729.0 * a  # 2^27 + 1: Veltkamp's split into two 26-bit halves
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def div_odd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b (b > 0) rounded to odd: the sign of a - q b, q = fl(a / b), exactly (Dekker's product
+    q b = p + t exactly; a - p is exact by Sterbenz's lemma; (a - p) - t has the exact sign)."""
+    q = a / b
+    p = q * b
+    qh, ql = _split(q)
+    bh, bl = _split(b)
+    t = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl
+    return _odd(q, (a - p) - t)
+
+
+def fraction_odd(x: Fraction) -> float:
+    """An exact rational rounded to odd at 53 bits (beyond float64's range: +-2^1000, which overflows
+    every format here the same way)."""
+    if abs(x) > 2 ** 1000:
+        return math.copysign(2.0 ** 1000, x)
+    s = float(x)  # correctly rounded
+    err = (x > Fraction(s)) - (x < Fraction(s))
+    return float(_odd(np.array([s]), np.array([float(err)]))[0])
+
+
+@dataclass(frozen=True)
+class FloatArith(Float64Values):
+    """The mixed-precision recipe (docs/arithmetic.md, "Floating-point formats"): weights and
+    activations in `storage`; products, sums and the logits in `acc`, which also runs softmax;
+    attention weights back to `storage` for the value mix.  Rounding points are named in `describe`."""
+
+    storage: FloatFormat
+    acc: FloatFormat
+    rounding: str = "nearest"
+    overflow: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.rounding not in FLOAT_ROUNDINGS:
+            raise InputError(f"rounding must be one of {', '.join(FLOAT_ROUNDINGS)} for a float format, got "
+                             f"{self.rounding!r}")
+        if self.overflow not in ("saturate", "error"):
+            raise InputError(f"overflow must be saturate or error, got {self.overflow!r}")
+
+    # -- the format, as the verdicts and the engines read it ---------------------------------
+    @property
+    def accumulate(self) -> str:
+        return self.acc.name
+
+    @property
+    def bits(self) -> int:
+        return self.storage.bits
+
+    def kc(self, N: int) -> Optional[float]:
+        """No Kc: a float format is not a grid of step N^-Kc (constructions take their default)."""
+        return None
+
+    def describe(self) -> dict:
+        return {"format": "float", "storage": self.storage.name, "E": self.storage.E, "M": self.storage.M,
+                "ieee": self.storage.ieee, "max": self.storage.max, "tiny": self.storage.tiny,
+                "accumulate": self.acc.name, "accumulate_text": self.acc.text(), "storage_text": self.storage.text(),
+                "softmax": self.acc.name, "rounding": self.rounding, "overflow": self.overflow,
+                "bits": self.storage.bits,
+                "step": 2.0 ** -self.storage.M}  # the spacing at 1: a trace's "first departure" is measured in it
+
+    def label(self) -> str:
+        return float_text(self.describe())
+
+    def context(self, batch_shape: tuple, locate: bool = False) -> Ctx:
+        return Ctx(batch_shape, self.overflow == "error", locate)
+
+    # -- rounding ------------------------------------------------------------------------------
+    def _to(self, fmt: FloatFormat, x: np.ndarray, ctx: Ctx, name: str,
+            present: Optional[np.ndarray] = None) -> np.ndarray:
+        v, over = fmt.round(x, self.rounding)
+        if ctx.watch:
+            ctx.note(name, over if present is None else over & present)
+        return v
+
+    def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The weights rounded to the storage format (exact rationals: through `fraction_odd`)."""
+        w = np.asarray(w)
+        if w.dtype == object:
+            w = np.vectorize(lambda x: fraction_odd(Fraction(x)), otypes=[np.float64])(w)
+        with np.errstate(over="ignore"):
+            w = np.clip(np.asarray(w, dtype=np.float64), -2.0 ** 1000, 2.0 ** 1000)
+        return self.storage.round(w, self.rounding)
+
+    # -- operations ------------------------------------------------------------------------------
+    def _sum(self, terms: np.ndarray, ctx: Ctx, name: str, present: Optional[np.ndarray] = None) -> np.ndarray:
+        """The sum over the last axis in the accumulation format, in index order, each partial sum
+        rounded (a first term of 0 + t is t)."""
+        acc = terms[..., 0]
+        over = np.zeros(acc.shape, dtype=bool)
+        for j in range(1, terms.shape[-1]):
+            acc, o = self.acc.round(add_odd(acc, terms[..., j]), self.rounding)
+            over |= o
+        if ctx.watch:
+            ctx.note(f"{name}.sum", over if present is None else over & present)
+        return acc
+
+    def _dot(self, a: np.ndarray, b: np.ndarray, bias: Optional[np.ndarray], ctx: Ctx, name: str,
+             present: Optional[np.ndarray] = None, out: Optional[FloatFormat] = None) -> np.ndarray:
+        """sum_j a_j b_j (+ bias) in the accumulation format, then rounded to `out` (None: kept)."""
+        sub = None if present is None else present[..., None]
+        prod = self._to(self.acc, a * b, ctx, f"{name}.product", sub)  # a * b is exact in float64
+        s = self._sum(prod, ctx, name, present) if prod.shape[-1] else np.zeros(prod.shape[:-1])
+        if bias is not None:
+            s = self._to(self.acc, add_odd(s, bias), ctx, f"{name}.bias", present)
+        return s if out is None else self._to(out, s, ctx, name, present)
+
+    def lin(self, W, x, b, ctx: Ctx, name: str) -> np.ndarray:
+        return self._dot(x[..., None, :], W, b, ctx, name, out=self.storage)
+
+    def lin_gathered(self, Wg, xg, b, ctx: Ctx, name: str) -> np.ndarray:
+        return self._dot(xg, Wg, b, ctx, name, out=self.storage)
+
+    def scores(self, q, k, ctx: Ctx, name: str, mask=None) -> np.ndarray:
+        """The logits <q_i, k_j>, kept in the accumulation format (softmax reads them there)."""
+        return self._dot(q[..., :, None, :], k[..., None, :, :], None, ctx, name, mask)
+
+    def mix(self, w, v, ctx: Ctx, name: str) -> np.ndarray:
+        """sum_j w_ij v_j with the weights first rounded to storage (softmax's are there already)."""
+        w = self._to(self.storage, w, ctx, f"{name}.weights")
+        return self._dot(w[..., :, None, :], np.swapaxes(v, -1, -2)[..., None, :, :], None, ctx, name,
+                         out=self.storage)
+
+    def add(self, x, y, ctx: Ctx, name: str) -> np.ndarray:
+        return self._to(self.storage, add_odd(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)),
+                        ctx, name)
+
+    def mean_heads(self, outs, ctx: Ctx, name: str) -> np.ndarray:
+        """(sum_h out_h in the accumulation format) / H, rounded to storage."""
+        s = self._sum(np.swapaxes(outs, -1, -2), ctx, name)
+        return self._to(self.storage, div_odd(s, np.full(s.shape, float(outs.shape[-2]))), ctx, name)
+
+    def above(self, y: np.ndarray, theta) -> np.ndarray:
+        """y > theta exactly: t = float(theta) is theta's neighbour, so y > theta iff y > t (t < theta)
+        or y >= t (t > theta)."""
+        t = float(theta)
+        exact = Fraction(theta)
+        return y > t if Fraction(t) <= exact else y >= t
+
+    def softmax(self, s: np.ndarray, mask: Optional[np.ndarray], ctx: Ctx, name: str,
+                rec: Recorder = None) -> np.ndarray:
+        """In the accumulation format X: d = R_X(s - max), e = R_X(exp d) correctly rounded, Z = the
+        sum of e in index order, each partial sum rounded, a = R_X(e / Z).  Masked entries are absent."""
+        X = self.acc
+        allowed = np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(mask, s.shape)
+        M = np.where(allowed, s, -np.inf).max(-1, keepdims=True)
+        d = self._to(X, add_odd(s, -np.where(np.isfinite(M), M, 0.0)), ctx, f"{name}.d", allowed)
+        e = np.where(allowed, exp_round(np.minimum(d, 0.0), X, self.rounding), 0.0)
+        Z = self._sum(e, ctx, f"{name}.Z")[..., None]
+        a = self._to(X, div_odd(e, Z), ctx, f"{name}.attn")
+        if rec is not None:
+            rec(f"{name}.max", M[..., 0])
+            rec(f"{name}.exp", e)
+            rec(f"{name}.Z", Z[..., 0])
+        return a
+
+
+def exp_round(d: np.ndarray, fmt: FloatFormat, rounding: str) -> np.ndarray:
+    """exp(d) correctly rounded to `fmt`, for d <= 0 (so no overflow).  float64's exp is within
+    2^-50 relatively (glibc and numpy: below 1 ulp); where rounding exp(d) (1 +- 2^-44) gives two
+    results, mpmath decides (`_exp_mpmath`).  exp(0) = 1 exactly; exp of any other rational is
+    irrational, never on a rounding boundary."""
+    d = np.asarray(d, dtype=np.float64)
+    with np.errstate(under="ignore"):
+        y = np.maximum(np.exp(d), 5e-324)  # an underflow is still positive (it matters rounding up)
+    lo, _ = fmt.round(y * (1 - 2.0 ** -44), rounding)
+    hi, _ = fmt.round(y * (1 + 2.0 ** -44), rounding)
+    out = np.where(d == 0, 1.0, lo)
+    unsure = (lo != hi) & (d != 0)
+    for i in zip(*np.nonzero(unsure)):
+        out[i] = _exp_mpmath(float(d[i]), fmt, rounding)
+    return out
+
+
+def _exp_mpmath(d: float, fmt: FloatFormat, rounding: str) -> float:
+    """exp(d) correctly rounded: at precision p mpmath is within 2^(2-p) relatively; more bits until
+    both ends of exp(d) (1 +- 2^(4-p)) round alike."""
+    prec = 80
+    while True:
+        with mpmath.workprec(prec):
+            v = mpmath.exp(mpmath.mpf(d))
+            m, ex = mpmath.frexp(v)
+            exact = Fraction(int(mpmath.ldexp(m, prec)), 1) * Fraction(2) ** (int(ex) - prec)
+        slack = exact * Fraction(1, 2 ** (prec - 4))
+        ends = [fmt.round(np.array([fraction_odd(exact + k * slack)]), rounding)[0][0] for k in (-1, 1)]
+        if ends[0] == ends[1]:
+            return float(ends[0])
+        prec *= 2
+
+
+def float_text(a: dict) -> str:
+    """The arithmetic line of a float format, every rounding point named."""
+    S, A = a["storage"], a["accumulate"]
+    over = ("overflow=error (a result beyond the largest finite value fails the answers it feeds; IEEE would give "
+            "+-inf; no inf or NaN is carried)" if a["overflow"] == "error"
+            else "overflow=saturate (beyond the largest finite value: clamped to it)")
+    return (f"float {a['storage_text']} storage, {a['accumulate_text']} accumulation; rounding={a['rounding']}"
+            f"{' (ties to even)' if a['rounding'] == 'nearest' else ''} {over}; rounded to {S}: weights, every "
+            f"linear output, residual add, attention weights before the value mix, head mean; rounded to {A}: "
+            f"each product, each partial sum (index order), bias add, logits (kept in {A}), softmax's s - max, "
+            f"exp (correctly rounded), each partial sum of Z, e / Z")
