@@ -48,12 +48,13 @@ import numpy as np
 
 from ..arithmetic import Fixed
 from ..evaluator import Evaluator, fitting_evaluator
-from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
+from ..layer0 import ClassTable, class_table, embedding_overflow, score_table, state_table
+from ..locality import Window, first_layer_window, window_states
 from ..model import Model, Recurrent
 from ..support.budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
 from ..support.errors import InternalError
 from ..tasks import Case
-from ..tasks.base import case_splits
+from ..tasks.base import Task, case_splits
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 from .cost import products
@@ -87,25 +88,53 @@ class _Model:
     pair_ovf: Optional[np.ndarray]  # overflow = error: (L_max, V) the pair saturates its embedding,
     # key or value, or uses a saturated parameter
     always: bool  # overflow = error and a saturated parameter that every input uses
+    window: Optional[Window] = None  # two layers: the first layer's window (the tables are over its codes)
+    states: Optional[np.ndarray] = None  # two layers: the first layer's output (L_max, window codes, d)
 
     @classmethod
     def build(cls, ev: Evaluator, deadline: Optional[Deadline] = None) -> "_Model":
+        """Layer 0's class tables; for two layers, the first layer's window and output table, and
+        the last layer's class tables over (position, window code) (`verifier.locality`)."""
         q, fx = ev.q, ev.arith
-        heads = []
-        for h in q.layers[0].heads:
-            tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline)
-                          for W, b in h.MAPS)
-            heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values, deadline)))
+        heads = _layer0_heads(ev, deadline)
+        window = states = None
+        if len(q.layers) > 1:
+            window, why = _first_window(ev, heads)
+            if window is None:
+                raise InternalError(f"the first layer is not local: {why}")
+            states, state_ovf = window_states(ev, window)
+            heads = []
+            for h in q.layers[-1].heads:
+                tq, tk, tv = (state_table(fx, states, getattr(h, W), getattr(h, b), deadline) for W, b in h.MAPS)
+                heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values, deadline)))
         pair_ovf, always = None, False
         if fx.overflow == "error":
-            pair_ovf = embedding_overflow(fx, q.E, q.P, q.P_mask, deadline)
+            pair_ovf = state_ovf if states is not None else embedding_overflow(fx, q.E, q.P, q.P_mask, deadline)
             for h in heads:
                 pair_ovf |= h.k.ovf[h.k.rid] | h.v.ovf[h.v.rid]
             use = ev.saturated_use
             if use is not None:
                 pair_ovf |= use.token[None, :] | (use.position[:, None] & q.P_mask[None, :])
                 always = bool(use.always)
-        return cls(ev, heads, pair_ovf, always)
+        return cls(ev, heads, pair_ovf, always, window, states)
+
+
+def _layer0_heads(ev: Evaluator, deadline: Optional[Deadline] = None) -> list[_Head]:
+    q, fx = ev.q, ev.arith
+    heads = []
+    for h in q.layers[0].heads:
+        tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline) for W, b in h.MAPS)
+        heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values, deadline)))
+    return heads
+
+
+def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], str]:
+    """The first layer's window (`locality.first_layer_window`), or None and why not."""
+    first = ev.q.layers[0]
+    if first.attention != "softmax" or not first.causal:
+        return None, "its first layer is not causal softmax attention (only that is certified local)"
+    return first_layer_window(ev.arith, [h.q for h in heads], [h.k for h in heads], [h.logits for h in heads],
+                              [h.logit_ovf for h in heads], ev.q.max_len)
 
 
 @dataclass
@@ -171,7 +200,7 @@ class _Footprint:
     @classmethod
     def of(cls, model: Model) -> "_Footprint":
         """From the model's sizes (as given or quantized: a zero weight is skipped either way)."""
-        layer, ro = model.layers[0], model.readout
+        layer, ro = model.layers[-1], model.readout
         maps = [layer.W_O, ro.W_U] + ([layer.W1, layer.W2] if layer.has_ffn else [])
         mv = max(h.W_V.shape[0] for h in layer.heads)
         width = len(layer.heads) * mv + model.d + (layer.W1.shape[0] if layer.has_ffn else 0) + ro.W_U.shape[0]
@@ -268,11 +297,19 @@ class Bounds:
         model = problem.model
         if isinstance(model, Recurrent):
             return "it bounds attention; a recurrent model has none"
-        if len(model.layers) != 1:
-            return f"it propagates bounds through one layer; the model has {len(model.layers)}"
+        if len(model.layers) > 2:
+            return f"it bounds at most two layers (the first one local); the model has {len(model.layers)}"
+        if len(model.layers) == 2:
+            ev = Evaluator(model, problem.arith, tables=False)
+            window, why = _first_window(ev, _layer0_heads(ev, opts.deadline))
+            if window is None:
+                return "the first of its two layers is not local: " + why
         if model.readout.positions != "last":
-            return "it bounds a readout at the last position; the model reads every position"
-        if problem.task.cases is None:
+            if not all(layer.causal for layer in model.layers):
+                return "it bounds a readout at every position of a causal model only; this one is not causal"
+            if not hasattr(problem.task, "last_position_cases"):
+                return f"task {problem.task.name} has no cases that fix the answer at the last position"
+        elif problem.task.cases is None:
             return f"task {problem.task.name} has no case splits"
         if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the bounds engine decides whole cases"
@@ -292,7 +329,7 @@ class Bounds:
         try:
             require_memory(MEMORY, "the bounds engine's working set")
             run = _Run(problem, opts, stats)
-            for batch in _batches(case_splits(task)):
+            for batch in _batches(_cases(problem)):
                 opts.deadline.check()
                 pending = batch
                 if run.decide(batch):
@@ -308,7 +345,8 @@ class Bounds:
             result.status = Status.INTERRUPTED
         case = None
         if pending is not None and run.cases is pending:  # the cases of the batch decided, and its failures
-            k = run.settled()
+            # cases fixing the last position's answer cover the inputs of their length together
+            k = run.settled() if problem.model.readout.positions == "last" else 0
             result.covered += sum(c.count for c in pending[:k])
             done += k
             ordered = sorted(run.found, key=lambda cf: (cf[0], cf[1].index))
@@ -322,6 +360,17 @@ class Bounds:
                         "certified_margin": stats.certified_margin,
                         "unfinished_case": case, "seconds": time.monotonic() - t0}
         return result
+
+
+def _cases(problem: Problem) -> Iterator[Case]:
+    """The task's case splits; for a readout at every position of a causal model, cases of the answer
+    at the last position of every length (`last_position_cases`).  The output at position i depends
+    on positions <= i only, so the answer at the last position of every length 1..N covers the
+    answer at every position of every input; the cases of one length partition its inputs."""
+    task: Task = problem.task
+    if problem.model.readout.positions == "last":
+        return case_splits(task)
+    return task.last_position_cases()  # type: ignore[attr-defined]
 
 
 def _batches(cases: Iterator[Case]) -> Iterator[list[Case]]:
@@ -348,7 +397,8 @@ class _Run:
         self.q = self.m.ev.q
         self.footprint = _Footprint.of(self.q)
         self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))
-        self.layer = self.q.layers[0]
+        self.layer = self.q.layers[-1]
+        self.window = self.m.window  # two layers: position j's classes read the tokens at j - width .. j
         self.track = problem.arith.overflow == "error"
         self._leaf_ev: Optional[Evaluator] = None
         self._rows: dict[int, tuple] = {}  # per linear map: its non-zero rows
@@ -397,7 +447,8 @@ class _Run:
         self.per_box = self.footprint.box(L, self._widest_classes(), int(self.lens.max()))
         self.per_input = self.footprint.input(L)
         stack = self.stack
-        stack.append(self._open(_Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)))
+        first = _Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)
+        stack.append(self._open(first if self.window is None else self._fix_query_window(first)))
         found = self.found
         want = self.opts.max_counterexamples
         while stack:  # depth first: the children of a round before the rest of its boxes
@@ -443,6 +494,8 @@ class _Run:
     def _widest_classes(self) -> int:
         """The most key or value classes the tokens of one of the batch's domains fall into at a position."""
         widest = 1
+        if self.window is not None and self.window.width:
+            return int(min(max(h.k.classes for h in self.m.heads), self.lens.max() ** (self.window.width + 1)))
         for hi, h in enumerate(self.m.heads):
             for table, key in ((h.k, ("k", hi)), (h.v, ("v", hi))):
                 for d in self.domains:
@@ -509,9 +562,34 @@ class _Run:
                 sizes[rows] = np.prod(self.lens[np.where(dom >= 0, dom, -1)].astype(np.float64), axis=1)
         return sizes
 
+    def _query_code(self, boxes: _Boxes) -> np.ndarray:
+        """(B,) the class-table column of the query position: its token, or (two layers) its window's
+        code (the positions of the query's window hold one token: `_fix_query_window`)."""
+        if self.window is None:
+            return -1 - boxes.dom[:, -1]
+        return self.window.code(-1 - boxes.dom, self.L - 1)
+
+    def _fix_query_window(self, boxes: _Boxes) -> _Boxes:
+        """The boxes split into single tokens on the positions of the query's window."""
+        for j in range(max(0, self.L - 1 - self.window.width), self.L - 1):
+            free = boxes.dom[:, j] >= 0
+            if not free.any():
+                continue
+            rows = np.flatnonzero(free)
+            doms = boxes.dom[rows, j]
+            parent = np.repeat(rows, self.lens[doms])
+            kids = _children(boxes, parent, np.full(len(boxes), j), np.concatenate([self.domains[g] for g in doms]))
+            kids.depth[:] = 0
+            boxes = _Boxes.concat(boxes.take(np.flatnonzero(~free)), kids)
+            boxes = boxes.take(np.argsort(boxes.case, kind="stable"))
+        return boxes
+
     def _classes(self, table: ClassTable, dom: np.ndarray, key) -> np.ndarray:
         """(n, L-1, W) class ids of the tokens of positions 0..L-2 for domain rows (n, L-1), padded by
-        repetition.  Per domain and position, the distinct classes are found once per batch."""
+        repetition.  Per domain and position, the distinct classes are found once per batch.  Two
+        layers: the classes of the window codes of the product of the window's token sets."""
+        if self.window is not None and self.window.width:
+            return self._window_classes(table, dom, key)
         L1 = dom.shape[1]
         if key not in self._cache:
             per = [self._domain_classes(table, d, key)[:L1] for d in self.domains]
@@ -527,6 +605,34 @@ class _Run:
             out[b, j] = stack[dom[b, j], j]
         return out
 
+    def _window_classes(self, table: ClassTable, dom: np.ndarray, key) -> np.ndarray:
+        """`_classes` of window tables: position j's classes are those of the codes of every token
+        combination of positions j - width .. j (a superset of the box's windows, exact when they
+        hold single tokens); found once per batch for each (position, window of domains)."""
+        n, L1 = dom.shape
+        w, V = self.window.width, self.window.V
+        pad = np.concatenate([np.full((n, w), -1, dtype=np.int64), dom], axis=1)  # before 0: token 0
+        wins = np.stack([pad[:, w - k:w - k + L1] for k in range(w + 1)], axis=2)  # [..., k]: position j - k
+        flat = np.concatenate([np.repeat(np.arange(L1)[None, :], n, axis=0).reshape(-1, 1),
+                               wins.reshape(-1, w + 1)], axis=1)
+        first, inv = _unique_rows(flat)
+        cache = self._cache.setdefault(("win", key), {})
+        per = []
+        for row in flat[first]:
+            got = cache.get(tuple(row))
+            if got is None:
+                j = int(row[0])
+                sets = [self.domains[g] if g >= 0 else np.array([-1 - g]) for g in row[1:]]
+                codes = np.zeros(1, dtype=np.int64)
+                for k, toks in enumerate(sets):
+                    if j - k >= 0:
+                        codes = (codes[:, None] + toks[None, :] * V ** k).reshape(-1)
+                got = cache[tuple(row)] = np.unique(table.rid[j, codes])
+            per.append(got)
+        W = max(len(c) for c in per)
+        stack = np.stack([np.pad(c, (0, W - len(c)), mode="edge") for c in per])
+        return stack[inv].reshape(n, L1, W)
+
     def _domain_classes(self, table: ClassTable, d: np.ndarray, key) -> np.ndarray:
         """(L_max, W) the distinct classes of a domain's tokens at every position, once per run
         (index lookup's symbol domain is one array for all its cases)."""
@@ -541,6 +647,11 @@ class _Run:
         if self.m.pair_ovf is None:
             return ovf
         pair = self.m.pair_ovf[:self.L]
+        if self.window is not None and self.window.width:  # flags as a class table over window codes
+            flags = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
+            for rows, p in self._groups(boxes):
+                ovf[rows] = _any_per_row(self._classes(flags, self._positions(boxes, rows, p), "ovf") == 1)
+            return ovf | pair[-1, qtok] | np.any([h.q.ovf[h.q.rid[self.L - 1, qtok]] for h in self.m.heads], axis=0)
         for rows, p in self._groups(boxes):
             dom = self._positions(boxes, rows, p)
             per = ("ovf", p)
@@ -563,7 +674,7 @@ class _Run:
         """Per head: logit bounds per position, the weight and term bounds of the positions whose
         weight may be positive, and the bounds of the heads' sums."""
         fx, L, B = self.fx, self.L, len(boxes)
-        qtok = -1 - boxes.dom[:, -1]
+        qtok = self._query_code(boxes)
         ovf = self._layer0_ovf(boxes, qtok)
         groups = self._groups(boxes)
         heads = []
@@ -611,7 +722,7 @@ class _Run:
         mv = h.v.values.shape[1]
         vlo, vhi = np.empty((len(b), mv), np.int64), np.empty((len(b), mv), np.int64)
         query = j == self.L - 1
-        qv = h.v.values[h.v.rid[self.L - 1, -1 - boxes.dom[b[query], -1]]]
+        qv = h.v.values[h.v.rid[self.L - 1, self._query_code(boxes)[b[query]]]]
         vlo[query], vhi[query] = qv, qv
         rest = np.flatnonzero(~query)
         for rows, p in self._groups(boxes):
@@ -638,7 +749,7 @@ class _Run:
     def _judge(self, boxes: _Boxes, hlo: np.ndarray, hhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray,
                found: list) -> np.ndarray:
         """Per box: 1 correct on all of it, -1 (a failure found) or 0 (open)."""
-        status, margin = self._readout(hlo, hhi, -1 - boxes.dom[:, -1], ovf, truth)
+        status, margin = self._readout(hlo, hhi, self._query_code(boxes), ovf, truth)
         self.stats.margin(margin[status == 1])
         bad = np.flatnonzero(status == -1)
         if len(bad):
@@ -702,7 +813,10 @@ class _Run:
         return ylo[inv], yhi[inv], ctx.ovf[inv]
 
     def _query_embedding(self) -> np.ndarray:
-        """(V, d) the embedding of every token at the query position L-1 (its saturation is in pair_ovf)."""
+        """(V, d) the embedding of every token at the query position L-1 (its saturation is in pair_ovf);
+        two layers: the first layer's output for every window code there."""
+        if self.m.states is not None:
+            return self.m.states[self.L - 1]
         if "x0" not in self._cache:
             q, fx = self.q, self.fx
             add = np.where(q.P_mask[:, None], q.P[self.L - 1][None, :], 0)
@@ -821,7 +935,8 @@ class _Run:
         doms = boxes.dom[rows, j]
         parent = np.repeat(rows, self.lens[doms])
         tokens = np.concatenate([self.domains[g] for g in doms])
-        same = np.ones(len(boxes), dtype=bool)
+        # a token at j changes the classes of j .. j + width: only a one-position window keeps the others
+        same = np.full(len(boxes), self.window is None or self.window.width == 0)
         for h in att.heads:
             if not h.exact:
                 same &= h.slo[rows, j] == h.shi[rows, j]
@@ -861,7 +976,7 @@ class _Run:
             raw_lo.append(h.raw_lo[par] - old_lo[par] + new_lo)
             raw_hi.append(h.raw_hi[par] - old_hi[par] + new_hi)
         lo, hi, head_ovf = self._head_outputs(raw_lo, raw_hi)
-        status, margin = self._readout(lo, hi, -1 - boxes.dom[par, -1], ovf | head_ovf, truth[pick])
+        status, margin = self._readout(lo, hi, self._query_code(boxes)[par], ovf | head_ovf, truth[pick])
         self.stats.margin(margin[status == 1])
         status = status[inv]
         bad = np.flatnonzero(status == -1)
