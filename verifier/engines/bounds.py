@@ -67,6 +67,7 @@ LEAF_TABLES_AFTER = 1 << 14  # leaf inputs evaluated before the evaluator's laye
 MEMORY = 128 << 20  # the working set of a run's boxes (a constant, so that the boxes of a round, and the
 # counterexample found first, do not depend on the machine's load); more buys no speed
 ROUND_BOXES = 1 << 13  # boxes of a round at most: enough to vectorise, few enough to reach the leaves soon
+WINDOW_INDEX = 1 << 24  # (position, window of token sets) pairs a batch may index (two layers)
 PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
 
 
@@ -608,30 +609,39 @@ class _Run:
     def _window_classes(self, table: ClassTable, dom: np.ndarray, key) -> np.ndarray:
         """`_classes` of window tables: position j's classes are those of the codes of every token
         combination of positions j - width .. j (a superset of the box's windows, exact when they
-        hold single tokens); found once per batch for each (position, window of domains)."""
+        hold single tokens).  Each (position, window of domain ids) is looked up in a dense index,
+        filled once per batch."""
         n, L1 = dom.shape
         w, V = self.window.width, self.window.V
-        pad = np.concatenate([np.full((n, w), -1, dtype=np.int64), dom], axis=1)  # before 0: token 0
-        wins = np.stack([pad[:, w - k:w - k + L1] for k in range(w + 1)], axis=2)  # [..., k]: position j - k
-        flat = np.concatenate([np.repeat(np.arange(L1)[None, :], n, axis=0).reshape(-1, 1),
-                               wins.reshape(-1, w + 1)], axis=1)
-        first, inv = _unique_rows(flat)
-        cache = self._cache.setdefault(("win", key), {})
-        per = []
-        for row in flat[first]:
-            got = cache.get(tuple(row))
-            if got is None:
-                j = int(row[0])
-                sets = [self.domains[g] if g >= 0 else np.array([-1 - g]) for g in row[1:]]
-                codes = np.zeros(1, dtype=np.int64)
-                for k, toks in enumerate(sets):
-                    if j - k >= 0:
-                        codes = (codes[:, None] + toks[None, :] * V ** k).reshape(-1)
-                got = cache[tuple(row)] = np.unique(table.rid[j, codes])
-            per.append(got)
-        W = max(len(c) for c in per)
-        stack = np.stack([np.pad(c, (0, W - len(c)), mode="edge") for c in per])
-        return stack[inv].reshape(n, L1, W)
+        base = V + len(self.domains)  # a position's code shifted to 0 .. base - 1: tokens, then domains
+        space = base ** (w + 1)
+        st = self._cache.get(("win", key))
+        if st is None:
+            if space * (self.L - 1) > WINDOW_INDEX:
+                raise TooLarge(f"{len(self.domains)} token sets make {space:,} windows of {w + 1} positions; the "
+                               f"bounds engine indexes at most {WINDOW_INDEX:,} (position, window) pairs")
+            st = self._cache["win", key] = [np.full((self.L - 1, space), -1, dtype=np.int64), np.zeros((0, 1), np.int64)]
+        pad = np.concatenate([np.full((n, w), -1, dtype=np.int64), dom], axis=1) + V  # before 0: token 0
+        wkey = sum(pad[:, w - k:w - k + L1] * base ** k for k in range(w + 1))
+        j = np.broadcast_to(np.arange(L1), (n, L1))
+        idx = st[0][j, wkey]
+        if (idx < 0).any():
+            new = np.unique(j[idx < 0] * space + wkey[idx < 0])
+            nj, nk = np.divmod(new, space)
+            rows = []
+            for k in np.unique(nk):
+                codes = np.zeros(1, dtype=np.int64)  # a position before 0 holds token 0: digit 0
+                for i in range(w + 1):
+                    g = k // base ** i % base - V
+                    toks = self.domains[g] if g >= 0 else np.array([-1 - g])
+                    codes = (codes[:, None] + toks[None, :] * V ** i).reshape(-1)
+                at = nj[nk == k]
+                rows.append(_distinct_rows(table.rid[at[:, None], codes[None, :]]))
+                st[0][at, k] = len(st[1]) + sum(len(r) for r in rows[:-1]) + np.arange(len(at))
+            W = max([r.shape[1] for r in rows] + [st[1].shape[1]])
+            st[1] = np.concatenate([np.pad(r, ((0, 0), (0, W - r.shape[1])), mode="edge") for r in [st[1]] + rows])
+            idx = st[0][j, wkey]
+        return st[1][idx]
 
     def _domain_classes(self, table: ClassTable, d: np.ndarray, key) -> np.ndarray:
         """(L_max, W) the distinct classes of a domain's tokens at every position, once per run
@@ -1141,7 +1151,7 @@ def _same_domains(a: list, b: list) -> bool:
     try:
         return a == b
     except ValueError:
-        return all(np.array_equal(x, y) for x, y in zip(a, b))
+        return all(x is y or (len(x) == len(y) and np.array_equal(x, y)) for x, y in zip(a, b))
 
 
 def _distinct_rows(ids: np.ndarray) -> np.ndarray:
