@@ -414,6 +414,7 @@ class _Run:
         self.domains: list[np.ndarray] = []
         self._cache: dict = {}
         ids: dict[int, int] = {}
+        held: list = []
         prefixes, prefix_of, queries = [], [], []
         prev = None
         for case in cases:
@@ -421,16 +422,19 @@ class _Run:
             if prefix is None:
                 prefix = case.domains[:-1]
             if prev is None or (prefix is not prev and not _same_domains(prefix, prev)):
-                row = np.empty(L - 1, dtype=np.int64)
-                for i, d in enumerate(prefix):
-                    if len(d) == 1:
-                        row[i] = -1 - int(d[0])
-                    else:
-                        if id(d) not in ids:
-                            ids[id(d)] = len(self.domains)
+                # each distinct array object once (a case's positions share a few): its code, by identity
+                obj, first, inv = np.unique(np.fromiter(map(id, prefix), np.int64, L - 1), return_index=True,
+                                            return_inverse=True)
+                for o, i in zip(obj.tolist(), first.tolist()):
+                    if o not in ids:
+                        d = prefix[i]
+                        if len(d) == 1:
+                            ids[o] = -1 - int(d[0])
+                        else:
+                            ids[o] = len(self.domains)
                             self.domains.append(np.asarray(d, dtype=np.int64))
-                        row[i] = ids[id(d)]
-                prefixes.append(row)
+                        held.append(d)  # alive for the batch, so that its id stays its own
+                prefixes.append(np.array([ids[o] for o in obj.tolist()], dtype=np.int64)[inv.reshape(-1)])
                 prev = prefix
             prefix_of.append(len(prefixes) - 1)
             queries.append(np.asarray(case.domains[-1], dtype=np.int64))  # the query position: one token a box
