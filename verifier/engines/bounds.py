@@ -400,6 +400,7 @@ class _Run:
         self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))
         self.layer = self.q.layers[-1]
         self.window = self.m.window  # two layers: position j's classes read the tokens at j - width .. j
+        self.windowed = self.window is not None and self.window.width > 0
         self.track = problem.arith.overflow == "error"
         self._leaf_ev: Optional[Evaluator] = None
         self._rows: dict[int, tuple] = {}  # per linear map: its non-zero rows
@@ -499,7 +500,7 @@ class _Run:
     def _widest_classes(self) -> int:
         """The most key or value classes the tokens of one of the batch's domains fall into at a position."""
         widest = 1
-        if self.window is not None and self.window.width:
+        if self.windowed:
             return int(min(max(h.k.classes for h in self.m.heads), self.lens.max() ** (self.window.width + 1)))
         for hi, h in enumerate(self.m.heads):
             for table, key in ((h.k, ("k", hi)), (h.v, ("v", hi))):
@@ -593,8 +594,6 @@ class _Run:
         """(n, L-1, W) class ids of the tokens of positions 0..L-2 for domain rows (n, L-1), padded by
         repetition.  Per domain and position, the distinct classes are found once per batch.  Two
         layers: the classes of the window codes of the product of the window's token sets."""
-        if self.window is not None and self.window.width:
-            return self._window_classes(table, dom, key)
         L1 = dom.shape[1]
         if key not in self._cache:
             per = [self._domain_classes(table, d, key)[:L1] for d in self.domains]
@@ -610,11 +609,12 @@ class _Run:
             out[b, j] = stack[dom[b, j], j]
         return out
 
-    def _window_classes(self, table: ClassTable, dom: np.ndarray, key) -> np.ndarray:
-        """`_classes` of window tables: position j's classes are those of the codes of every token
-        combination of positions j - width .. j (a superset of the box's windows, exact when they
-        hold single tokens).  Each (position, window of domain ids) is looked up in a dense index,
-        filled once per batch."""
+    def _window_sets(self, table: ClassTable, dom: np.ndarray, key) -> tuple[np.ndarray, np.ndarray]:
+        """`_classes` of window tables, as sets: (n, L-1) a set id per position, and the sets (sets, W)
+        padded by repetition.  Position j's classes are those of the codes of every token combination
+        of positions j - width .. j (a superset of the box's windows, exact when they hold single
+        tokens).  Each (position, window of domain ids) is looked up in a dense index, filled once
+        per batch; the callers bound each set once, not each position's classes."""
         n, L1 = dom.shape
         w, V = self.window.width, self.window.V
         base = V + len(self.domains)  # a position's code shifted to 0 .. base - 1: tokens, then domains
@@ -645,7 +645,7 @@ class _Run:
             W = max([r.shape[1] for r in rows] + [st[1].shape[1]])
             st[1] = np.concatenate([np.pad(r, ((0, 0), (0, W - r.shape[1])), mode="edge") for r in [st[1]] + rows])
             idx = st[0][j, wkey]
-        return st[1][idx]
+        return idx, st[1]
 
     def _domain_classes(self, table: ClassTable, d: np.ndarray, key) -> np.ndarray:
         """(L_max, W) the distinct classes of a domain's tokens at every position, once per run
@@ -661,10 +661,11 @@ class _Run:
         if self.m.pair_ovf is None:
             return ovf
         pair = self.m.pair_ovf[:self.L]
-        if self.window is not None and self.window.width:  # flags as a class table over window codes
+        if self.windowed:  # flags as a class table over window codes
             flags = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
             for rows, p in self._groups(boxes):
-                ovf[rows] = _any_per_row(self._classes(flags, self._positions(boxes, rows, p), "ovf") == 1)
+                idx, sets = self._window_sets(flags, self._positions(boxes, rows, p), "ovf")
+                ovf[rows] = (sets == 1).any(axis=1)[idx].any(axis=1)
             return ovf | pair[-1, qtok] | np.any([h.q.ovf[h.q.rid[self.L - 1, qtok]] for h in self.m.heads], axis=0)
         for rows, p in self._groups(boxes):
             dom = self._positions(boxes, rows, p)
@@ -697,6 +698,10 @@ class _Run:
             slo, shi = np.empty((B, L), np.int64), np.empty((B, L), np.int64)
             exact = True
             for rows, p in groups:
+                if self.windowed:
+                    exact &= self._window_logits(h, qrow[rows], self._positions(boxes, rows, p), ("k", hi),
+                                                 slo, shi, ovf, rows)
+                    continue
                 kid = self._classes(h.k, self._positions(boxes, rows, p), ("k", hi))
                 n, W = len(rows), kid.shape[2]
                 if p >= 0:  # one row of key classes for all: gather whole rows of the logit table
@@ -730,6 +735,20 @@ class _Run:
             heads.append(_HeadBounds(slo, shi, b, j, alo, ahi, tlo, thi, raw_lo, raw_hi))
         return _Attention(heads, ovf)
 
+    def _window_logits(self, h: _Head, qrow: np.ndarray, dom: np.ndarray, key, slo: np.ndarray, shi: np.ndarray,
+                       ovf: np.ndarray, rows: np.ndarray) -> bool:
+        """Two layers: the logit bounds of positions 0..L-2 of boxes `rows` into slo, shi (and their
+        possible saturation into ovf), each (query class, class set) bounded once.  Exact: every set
+        is one class."""
+        idx, sets = self._window_sets(h.k, dom, key)
+        uq, qi = np.unique(qrow, return_inverse=True)
+        s = h.logits[uq[:, None, None], sets[None, :, :]]  # (query classes, sets, W)
+        slo[rows, :-1] = s.min(axis=2)[qi.reshape(-1, 1), idx]
+        shi[rows, :-1] = s.max(axis=2)[qi.reshape(-1, 1), idx]
+        if self.m.pair_ovf is not None:
+            ovf[rows] |= h.logit_ovf[uq[:, None, None], sets[None, :, :]].any(axis=2)[qi.reshape(-1, 1), idx].any(axis=1)
+        return sets.shape[1] == 1
+
     def _value_bounds(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray,
                       key) -> tuple[np.ndarray, np.ndarray]:
         """(K, mv) bounds of the value vectors at the entries (box b, position j)."""
@@ -742,6 +761,13 @@ class _Run:
         for rows, p in self._groups(boxes):
             mine = rest[np.isin(b[rest], rows)] if len(rows) < len(boxes) else rest
             if not len(mine):
+                continue
+            if self.windowed:
+                dom = self._positions(boxes, rows, p)
+                idx, sets = self._window_sets(h.v, dom if p >= 0 else boxes.dom[b[mine]][:, :-1], key)
+                vals = h.v.values[sets]  # (sets, W, mv)
+                at = idx[0, j[mine]] if p >= 0 else idx[np.arange(len(mine)), j[mine]]
+                vlo[mine], vhi[mine] = vals.min(axis=1)[at], vals.max(axis=1)[at]
                 continue
             if p >= 0:
                 vid = self._classes(h.v, self._positions(boxes, rows, p), key)[0][j[mine]]
@@ -950,7 +976,7 @@ class _Run:
         parent = np.repeat(rows, self.lens[doms])
         tokens = np.concatenate([self.domains[g] for g in doms])
         # a token at j changes the classes of j .. j + width: only a one-position window keeps the others
-        same = np.full(len(boxes), self.window is None or self.window.width == 0)
+        same = np.full(len(boxes), not self.windowed)
         for h in att.heads:
             if not h.exact:
                 same &= h.slo[rows, j] == h.shi[rows, j]
