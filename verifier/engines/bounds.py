@@ -609,43 +609,60 @@ class _Run:
             out[b, j] = stack[dom[b, j], j]
         return out
 
-    def _window_sets(self, table: ClassTable, dom: np.ndarray, key) -> tuple[np.ndarray, np.ndarray]:
-        """`_classes` of window tables, as sets: (n, L-1) a set id per position, and the sets (sets, W)
-        padded by repetition.  Position j's classes are those of the codes of every token combination
-        of positions j - width .. j (a superset of the box's windows, exact when they hold single
-        tokens).  Each (position, window of domain ids) is looked up in a dense index, filled once
-        per batch; the callers bound each set once, not each position's classes."""
+    def _slots(self, dom: np.ndarray) -> np.ndarray:
+        """Two layers: (n, L-1) the slot of each position of domain rows (n, L-1).  A slot is a
+        (position j, window of token sets at j - width .. j); its codes are those of every token
+        combination of the window (a superset of the box's windows, exact when they hold single
+        tokens).  Slots are found in a dense index, made once per batch; a class table's classes
+        are then found once per slot (`_slot_sets`), and bounded once per set, not per position."""
         n, L1 = dom.shape
         w, V = self.window.width, self.window.V
         base = V + len(self.domains)  # a position's code shifted to 0 .. base - 1: tokens, then domains
         space = base ** (w + 1)
-        st = self._cache.get(("win", key))
-        if st is None:
+        if "slots" not in self._cache:
             if space * (self.L - 1) > WINDOW_INDEX:
                 raise TooLarge(f"{len(self.domains)} token sets make {space:,} windows of {w + 1} positions; the "
                                f"bounds engine indexes at most {WINDOW_INDEX:,} (position, window) pairs")
-            st = self._cache["win", key] = [np.full((self.L - 1, space), -1, dtype=np.int64), np.zeros((0, 1), np.int64)]
+            self._cache["slots"] = (np.full((self.L - 1, space), -1, dtype=np.int64), [], [])
+        index, at, codes = self._cache["slots"]
         pad = np.concatenate([np.full((n, w), -1, dtype=np.int64), dom], axis=1) + V  # before 0: token 0
         wkey = sum(pad[:, w - k:w - k + L1] * base ** k for k in range(w + 1))
         j = np.broadcast_to(np.arange(L1), (n, L1))
-        idx = st[0][j, wkey]
-        if (idx < 0).any():
-            new = np.unique(j[idx < 0] * space + wkey[idx < 0])
+        slot = index[j, wkey]
+        if (slot < 0).any():
+            new = np.unique(j[slot < 0] * space + wkey[slot < 0])
             nj, nk = np.divmod(new, space)
-            rows = []
             for k in np.unique(nk):
-                codes = np.zeros(1, dtype=np.int64)  # a position before 0 holds token 0: digit 0
+                c = np.zeros(1, dtype=np.int64)  # a position before 0 holds token 0: digit 0
                 for i in range(w + 1):
                     g = k // base ** i % base - V
                     toks = self.domains[g] if g >= 0 else np.array([-1 - g])
-                    codes = (codes[:, None] + toks[None, :] * V ** i).reshape(-1)
-                at = nj[nk == k]
-                rows.append(_distinct_rows(table.rid[at[:, None], codes[None, :]]))
-                st[0][at, k] = len(st[1]) + sum(len(r) for r in rows[:-1]) + np.arange(len(at))
-            W = max([r.shape[1] for r in rows] + [st[1].shape[1]])
-            st[1] = np.concatenate([np.pad(r, ((0, 0), (0, W - r.shape[1])), mode="edge") for r in [st[1]] + rows])
-            idx = st[0][j, wkey]
-        return idx, st[1]
+                    c = (c[:, None] + toks[None, :] * V ** i).reshape(-1)
+                js = nj[nk == k]
+                index[js, k] = len(at) + np.arange(len(js))
+                at.extend(js.tolist())
+                codes.extend([c] * len(js))
+            slot = index[j, wkey]
+        return slot
+
+    def _slot_sets(self, table: ClassTable, key) -> np.ndarray:
+        """(slots, W) the distinct classes of each slot's codes in a table, padded by repetition."""
+        _, at, codes = self._cache["slots"]
+        sets = self._cache.get(("sets", key), np.zeros((0, 1), dtype=np.int64))
+        if len(sets) < len(at):
+            new = range(len(sets), len(at))
+            by_codes: dict[int, list[int]] = {}
+            for s in new:  # slots of one window of token sets share their codes' array
+                by_codes.setdefault(id(codes[s]), []).append(s)
+            rows = [_distinct_rows(table.rid[np.array([at[s] for s in g])[:, None], codes[g[0]][None, :]])
+                    for g in by_codes.values()]
+            order = np.concatenate([np.array(g) for g in by_codes.values()]) - len(sets)
+            W = max([r.shape[1] for r in rows] + [sets.shape[1]])
+            pad = lambda r: np.pad(r, ((0, 0), (0, W - r.shape[1])), mode="edge")
+            fresh = np.empty((len(order), W), dtype=np.int64)
+            fresh[order] = np.concatenate([pad(r) for r in rows])
+            sets = self._cache["sets", key] = np.concatenate([pad(sets), fresh])
+        return sets
 
     def _domain_classes(self, table: ClassTable, d: np.ndarray, key) -> np.ndarray:
         """(L_max, W) the distinct classes of a domain's tokens at every position, once per run
@@ -655,17 +672,16 @@ class _Run:
             hit = self._by_domain[key, id(d)] = (d, _distinct_rows(table.rid[:, d]))
         return hit[1]
 
-    def _layer0_ovf(self, boxes: _Boxes, qtok: np.ndarray) -> np.ndarray:
-        """(B,) bool: some pair of the box saturates in layer 0 (overflow = error only)."""
+    def _layer0_ovf(self, boxes: _Boxes, qtok: np.ndarray, slot: Optional[np.ndarray]) -> np.ndarray:
+        """(B,) bool: some pair of the box saturates in layer 0 (overflow = error only); two layers:
+        some window of the box saturates in the first layer or the last layer's keys or values."""
         ovf = np.zeros(len(boxes), dtype=bool)
         if self.m.pair_ovf is None:
             return ovf
         pair = self.m.pair_ovf[:self.L]
-        if self.windowed:  # flags as a class table over window codes
+        if slot is not None:  # flags as a class table over window codes
             flags = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
-            for rows, p in self._groups(boxes):
-                idx, sets = self._window_sets(flags, self._positions(boxes, rows, p), "ovf")
-                ovf[rows] = (sets == 1).any(axis=1)[idx].any(axis=1)
+            ovf = (self._slot_sets(flags, "ovf") == 1).any(axis=1)[slot].any(axis=1)
             return ovf | pair[-1, qtok] | np.any([h.q.ovf[h.q.rid[self.L - 1, qtok]] for h in self.m.heads], axis=0)
         for rows, p in self._groups(boxes):
             dom = self._positions(boxes, rows, p)
@@ -690,18 +706,21 @@ class _Run:
         weight may be positive, and the bounds of the heads' sums."""
         fx, L, B = self.fx, self.L, len(boxes)
         qtok = self._query_code(boxes)
-        ovf = self._layer0_ovf(boxes, qtok)
         groups = self._groups(boxes)
+        slot = None
+        if self.windowed:  # every box's slots (positions 0..L-2), found once for every table
+            slot = np.empty((B, L - 1), dtype=np.int64)
+            for rows, p in groups:
+                slot[rows] = self._slots(self._positions(boxes, rows, p))
+        ovf = self._layer0_ovf(boxes, qtok, slot)
         heads = []
         for hi, h in enumerate(self.m.heads):
             qrow = h.q.rid[L - 1, qtok]
             slo, shi = np.empty((B, L), np.int64), np.empty((B, L), np.int64)
             exact = True
-            for rows, p in groups:
-                if self.windowed:
-                    exact &= self._window_logits(h, qrow[rows], self._positions(boxes, rows, p), ("k", hi),
-                                                 slo, shi, ovf, rows)
-                    continue
+            if slot is not None:
+                exact = self._window_logits(h, qrow, slot, ("k", hi), slo, shi, ovf)
+            for rows, p in groups if slot is None else ():
                 kid = self._classes(h.k, self._positions(boxes, rows, p), ("k", hi))
                 n, W = len(rows), kid.shape[2]
                 if p >= 0:  # one row of key classes for all: gather whole rows of the logit table
@@ -724,7 +743,10 @@ class _Run:
             else:
                 b, j = np.nonzero(shi > 0)
                 alo, ahi = np.maximum(slo[b, j], 0), shi[b, j]
-            vlo, vhi = self._value_bounds(h, boxes, b, j, ("v", hi))
+            if slot is None:
+                vlo, vhi = self._value_bounds(h, boxes, b, j, ("v", hi))
+            else:
+                vlo, vhi = self._window_values(h, boxes, b, j, slot, ("v", hi))
             term_ovf = np.zeros(len(b), dtype=bool)
             tlo, thi = _term_bounds(fx, alo[:, None], ahi[:, None], vlo, vhi, term_ovf)
             ovf[b[term_ovf]] = True
@@ -735,19 +757,32 @@ class _Run:
             heads.append(_HeadBounds(slo, shi, b, j, alo, ahi, tlo, thi, raw_lo, raw_hi))
         return _Attention(heads, ovf)
 
-    def _window_logits(self, h: _Head, qrow: np.ndarray, dom: np.ndarray, key, slo: np.ndarray, shi: np.ndarray,
-                       ovf: np.ndarray, rows: np.ndarray) -> bool:
-        """Two layers: the logit bounds of positions 0..L-2 of boxes `rows` into slo, shi (and their
-        possible saturation into ovf), each (query class, class set) bounded once.  Exact: every set
-        is one class."""
-        idx, sets = self._window_sets(h.k, dom, key)
+    def _window_logits(self, h: _Head, qrow: np.ndarray, slot: np.ndarray, key, slo: np.ndarray, shi: np.ndarray,
+                       ovf: np.ndarray) -> bool:
+        """Two layers: the logit bounds of positions 0..L-2 into slo, shi (and their possible
+        saturation into ovf), each (query class, class set) bounded once.  Exact: every set is one
+        class."""
+        sets = self._slot_sets(h.k, key)
         uq, qi = np.unique(qrow, return_inverse=True)
+        qi = qi.reshape(-1, 1)
         s = h.logits[uq[:, None, None], sets[None, :, :]]  # (query classes, sets, W)
-        slo[rows, :-1] = s.min(axis=2)[qi.reshape(-1, 1), idx]
-        shi[rows, :-1] = s.max(axis=2)[qi.reshape(-1, 1), idx]
+        slo[:, :-1] = s.min(axis=2)[qi, slot]
+        shi[:, :-1] = s.max(axis=2)[qi, slot]
         if self.m.pair_ovf is not None:
-            ovf[rows] |= h.logit_ovf[uq[:, None, None], sets[None, :, :]].any(axis=2)[qi.reshape(-1, 1), idx].any(axis=1)
+            ovf |= h.logit_ovf[uq[:, None, None], sets[None, :, :]].any(axis=2)[qi, slot].any(axis=1)
         return sets.shape[1] == 1
+
+    def _window_values(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray, slot: np.ndarray,
+                       key) -> tuple[np.ndarray, np.ndarray]:
+        """Two layers: `_value_bounds` from the slots, each class set bounded once."""
+        vals = h.v.values[self._slot_sets(h.v, key)]  # (sets, W, mv)
+        vmin, vmax = vals.min(axis=1), vals.max(axis=1)
+        query = j == self.L - 1
+        at = slot[b, np.minimum(j, self.L - 2)]
+        vlo, vhi = vmin[at], vmax[at]
+        qv = h.v.values[h.v.rid[self.L - 1, self._query_code(boxes)[b[query]]]]
+        vlo[query], vhi[query] = qv, qv
+        return vlo, vhi
 
     def _value_bounds(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray,
                       key) -> tuple[np.ndarray, np.ndarray]:
@@ -761,13 +796,6 @@ class _Run:
         for rows, p in self._groups(boxes):
             mine = rest[np.isin(b[rest], rows)] if len(rows) < len(boxes) else rest
             if not len(mine):
-                continue
-            if self.windowed:
-                dom = self._positions(boxes, rows, p)
-                idx, sets = self._window_sets(h.v, dom if p >= 0 else boxes.dom[b[mine]][:, :-1], key)
-                vals = h.v.values[sets]  # (sets, W, mv)
-                at = idx[0, j[mine]] if p >= 0 else idx[np.arange(len(mine)), j[mine]]
-                vlo[mine], vhi[mine] = vals.min(axis=1)[at], vals.max(axis=1)[at]
                 continue
             if p >= 0:
                 vid = self._classes(h.v, self._positions(boxes, rows, p), key)[0][j[mine]]
