@@ -32,7 +32,7 @@ from .evaluator import Evaluator
 from .layer0 import ClassTable
 from .support.budget import require_memory
 
-MAX_WINDOW_CODES = 1 << 12  # token windows per position at most: V^(w+1)
+MAX_WINDOW_CODES = 1 << 10  # token windows per position at most: V^(w+1)
 
 
 @dataclass

@@ -59,6 +59,7 @@ from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 from .cost import products
 
+FIRST_LENGTH_INPUTS = 1 << 12  # a readout at every position: the inputs of the first length, all evaluated
 LEAF_INPUTS = 256  # a box with at most this many inputs is split into its inputs at once
 BATCH_POSITIONS = 1 << 20  # boxes x positions of one batch
 POINTS_PER_ROW = 4096  # a head-output box of at most this many codes is decided point by point
@@ -308,8 +309,11 @@ class Bounds:
         if model.readout.positions != "last":
             if not all(layer.causal for layer in model.layers):
                 return "it bounds a readout at every position of a causal model only; this one is not causal"
-            if not hasattr(problem.task, "last_position_cases"):
+            if getattr(type(problem.task), "last_position_cases", None) is None:  # a wrapper's forward would not do
                 return f"task {problem.task.name} has no cases that fix the answer at the last position"
+            if next(iter(case_splits(problem.task))).count > FIRST_LENGTH_INPUTS:
+                return (f"its inputs of the first length number more than {FIRST_LENGTH_INPUTS} (they are "
+                        f"evaluated, every position, for the positions no last position covers)")
         elif problem.task.cases is None:
             return f"task {problem.task.name} has no case splits"
         if not opts.whole(problem.task.total):
@@ -330,7 +334,9 @@ class Bounds:
         try:
             require_memory(MEMORY, "the bounds engine's working set")
             run = _Run(problem, opts, stats)
-            for batch in _batches(_cases(problem)):
+            first = run.first_length() if problem.model.readout.positions != "last" else []
+            result.found = first[:opts.max_counterexamples]
+            for batch in _batches(_cases(problem) if not first else iter(())):
                 opts.deadline.check()
                 pending = batch
                 if run.decide(batch):
@@ -367,7 +373,8 @@ def _cases(problem: Problem) -> Iterator[Case]:
     """The task's case splits; for a readout at every position of a causal model, cases of the answer
     at the last position of every length (`last_position_cases`).  The output at position i depends
     on positions <= i only, so the answer at the last position of every length 1..N covers the
-    answer at every position of every input; the cases of one length partition its inputs."""
+    answer at every position of every input; the cases of one length partition its inputs.  The
+    positions before the first length's last one are read on the evaluator (`_Run.first_length`)."""
     task: Task = problem.task
     if problem.model.readout.positions == "last":
         return case_splits(task)
@@ -480,6 +487,17 @@ class _Run:
                 stack.append(self._open(kids))
             self.current = None
         return found
+
+    def first_length(self) -> list[Found]:
+        """A readout at every position: the failures among the inputs of the first length, evaluated
+        at every position.  The last-position cases read the last position of every length >= 1;
+        this reads the positions before (the start token's, the same in every input of a causal
+        model whose first position holds one token)."""
+        case = next(iter(case_splits(self.task)))
+        grid = np.array(np.meshgrid(*case.domains, indexing="ij")).reshape(len(case.domains), -1).T
+        found: list = []
+        self._evaluate(grid, np.zeros(len(grid), dtype=np.int64), found, must_fail=False)
+        return [f for _, f in found]
 
     def settled(self) -> int:
         """How many of the batch's leading cases are decided: those before its first open box and
