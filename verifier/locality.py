@@ -69,9 +69,7 @@ def first_layer_window(fx: Fixed, queries: list[ClassTable], keys: list[ClassTab
                        logit_ovf: list[np.ndarray], length: int) -> tuple[Optional[Window], str]:
     """The narrowest window of a causal softmax first layer (every head), over inputs of at most
     `length` positions with any token at any position, or None and why not."""
-    T = zero_exp_bound(fx)
-    if T is None:
-        return None, "no exp code of the format is 0: every key of a softmax has a positive weight"
+    T = zero_exp_bound(fx)  # None: no exp code is 0, and the window is every position up to i
     V = queries[0].rid.shape[1]
     width = 0
     for tq, tk, S, F in zip(queries, keys, logits, logit_ovf):
@@ -82,7 +80,7 @@ def first_layer_window(fx: Fixed, queries: list[ClassTable], keys: list[ClassTab
             inside = np.maximum.accumulate(smin[:, ::-1], axis=1)[:, ::-1]  # [:, j]: max over positions >= j
             # a window starting at position a = i - w holds when every position < a stays T below it
             ok = np.ones(i + 1, dtype=bool)
-            ok[1:] = (outside[:, :-1] - inside[:, 1:] <= T).all(axis=0)
+            ok[1:] = T is not None and (outside[:, :-1] - inside[:, 1:] <= T).all(axis=0)
             if fx.overflow == "error":
                 hit = np.logical_or.accumulate(F[tq.rid[i][:, None, None], tk.rid[:i + 1][None, :, :]].any(axis=(0, 2)))
                 low = np.minimum.accumulate(smin.min(axis=0)) - int(smax.max())
@@ -90,7 +88,8 @@ def first_layer_window(fx: Fixed, queries: list[ClassTable], keys: list[ClassTab
             a = int(np.flatnonzero(ok).max())
             width = max(width, i - a)
             if V ** (width + 1) > MAX_WINDOW_CODES:
-                return None, (f"its first layer's window is {width + 1} positions wide at position {i}: "
+                zero = "" if T is not None else " (no exp code of the format is 0: every key weighs)"
+                return None, (f"its first layer's window is {width + 1} positions wide at position {i}{zero}: "
                               f"{V}^{width + 1} token windows, more than {MAX_WINDOW_CODES}")
     return Window(width, V), ""
 

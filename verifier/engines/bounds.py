@@ -116,7 +116,8 @@ class _Model:
                 pair_ovf |= h.k.ovf[h.k.rid] | h.v.ovf[h.v.rid]
             use = ev.saturated_use
             if use is not None:
-                pair_ovf |= use.token[None, :] | (use.position[:, None] & q.P_mask[None, :])
+                own = np.arange(pair_ovf.shape[1]) % len(q.vocab)  # a column's token (its window's last digit)
+                pair_ovf |= use.token[own][None, :] | (use.position[:, None] & q.P_mask[own][None, :])
                 always = bool(use.always)
         return cls(ev, heads, pair_ovf, always, window, states)
 

@@ -1,0 +1,166 @@
+"""The bounds engine through two layers (verifier/locality.py, verifier/engines/bounds.py).
+
+Every test compares with the evaluator: the first layer's window table with its output on random
+full inputs (positions outside the window hold random tokens), the last layer's class tables with
+the generic path's keys, values and queries, and the engine's verdicts with enumeration, on random
+two-layer models whose first layer is sometimes local and sometimes not."""
+
+import numpy as np
+import pytest
+from helpers import RandomLookupTask, add_biases, random_model
+
+import verifier
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from verifier.engines import Problem, RunOptions
+from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
+from verifier.engines.exhaustive import Exhaustive
+from verifier.evaluator import Evaluator, trace
+from verifier.locality import first_layer_window, window_states, zero_exp_bound
+from verifier.support.budget import Deadline
+from verifier.tasks import make_task
+
+
+def two_layer(rng: np.random.Generator, vocab, max_len: int, C: int, readout: str = "argmax", sharp: float = 0.0):
+    """A random model of two softmax layers, the first causal; with `sharp` > 0 its first head's
+    logits also rise by `sharp` per position (a recency ramp: the more, the narrower its window)."""
+    while True:
+        model = random_model(rng, vocab, max_len, C=C, readout=readout, dims={"attention": "softmax"})
+        if len(model.layers) == 2:
+            break
+    model.layers[0].causal = True
+    if sharp:
+        add_biases(model, rng)
+        c = int(rng.integers(0, model.d))
+        model.E[:, c], model.P[:, c], model.P_mask[:] = 0.0, np.arange(max_len) / 4, True
+        head = model.layers[0].heads[0]
+        head.W_Q[0], head.W_K[0], head.b_Q[0], head.b_K[0] = 0.0, 0.0, sharp, 0.0
+        head.W_K[0, c] = 4.0
+    return model
+
+
+def random_format(rng: np.random.Generator, seed: int) -> FixedPoint:
+    p = int(rng.integers(5, 11))
+    return FixedPoint(p, int(rng.integers(1, p - 1)), ROUNDINGS[seed % 3], "error" if seed % 4 == 0 else "saturate",
+                      ACCUMULATES[seed % 2])
+
+
+def local_model(seed: int, V: int = 3, L: int = 8):
+    """(evaluator, window) of a random two-layer model whose first layer is local with a window
+    narrower than the input, trying seeds from `seed` on."""
+    for s in range(seed * 50, seed * 50 + 50):
+        rng = np.random.default_rng(s)
+        model = two_layer(rng, V, L, 2, sharp=float(rng.choice([2.0, 4.0, 8.0])))
+        ev = Evaluator(model, random_format(rng, s), tables=False)
+        window, _ = _first_window(ev, _layer0_heads(ev))
+        if window is not None and window.width < L - 2:
+            return ev, window, rng
+    pytest.skip("no local model among these seeds")
+
+
+def test_the_zero_bound_is_the_last_zero_of_the_exp_table():
+    fx = FixedPoint(16, 4)
+    T = zero_exp_bound(fx)
+    dmin, table = fx.exp_table()
+    assert table[T - dmin] == 0 and table[T + 1 - dmin] > 0
+    assert np.exp(float(T) / 16) < 1 / 16 <= np.exp(float(T + 1) / 16)  # floor: code 0 below one step
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_window_table_is_the_first_layer_on_every_input(seed):
+    """The first layer's output and flags at every position of random inputs of every length are
+    the window table's at that position's window: the tokens outside it change nothing."""
+    ev, window, rng = local_model(seed)
+    states, flags = window_states(ev, window)
+    L, V = ev.q.max_len, len(ev.q.vocab)
+    for n in range(1, L + 1):
+        tokens = rng.integers(0, V, size=(64, n))
+        X, kovf, qovf = ev.first_layer(tokens)
+        for i in range(n):
+            code = window.code(tokens, i)
+            assert (X[:, i] == states[i, code]).all(), (n, i)
+            assert ((kovf[:, i] | qovf[:, i]) == flags[i, code]).all(), (n, i)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_last_layer_tables_are_the_evaluators(seed):
+    """Queries, keys and values of the second layer from the window tables are the generic path's."""
+    ev, window, rng = local_model(seed)
+    m = _Model.build(ev)
+    L, V = ev.q.max_len, len(ev.q.vocab)
+    for _ in range(10):
+        tokens = rng.integers(0, V, size=L)
+        _, values = trace(ev, tokens)
+        for hi, h in enumerate(m.heads):
+            codes = np.array([window.code(tokens[None, :], i)[0] for i in range(L)])
+            rows = np.arange(L)
+            assert (h.k.values[h.k.rid[rows, codes]] == values[f"L1.H{hi}.k"]).all()
+            assert (h.v.values[h.v.rid[rows, codes]] == values[f"L1.H{hi}.v"]).all()
+            assert (h.q.values[h.q.rid[L - 1, codes[-1]]] == values[f"L1.H{hi}.q"][-1]).all()
+
+
+def test_a_first_layer_that_is_not_local_is_refused_and_auto_falls_back():
+    """Every key keeps a positive weight in FX(8, 6) with small logits: no window; auto runs another engine."""
+    rng = np.random.default_rng(3)
+    task = make_task("induction_heads", 6, sigma=3)
+    model = two_layer(rng, task.vocab, task.max_len, task.num_classes)
+    for layer in model.layers:
+        layer.causal = True
+    model.readout.positions = "all"
+    problem = Problem(task, model, FixedPoint(8, 6))
+    why = Bounds().unsupported(problem, RunOptions())
+    assert why is not None and "not local" in why
+    assert verifier.run(problem, "auto").engine != "bounds"
+
+
+def _agree(problem: Problem) -> bool:
+    """The bounds engine finds a failure exactly when enumeration does, and only failing inputs;
+    False when it refuses the problem."""
+    task = problem.task
+    if Bounds().unsupported(problem, RunOptions()) is not None:
+        return False
+    enum = Exhaustive().run(problem, RunOptions(max_counterexamples=task.total, workers=1))
+    failing = {tuple(int(t) for t in f.tokens) for f in enum.found}
+    got = Bounds().run(problem, RunOptions(deadline=Deadline(60)))
+    assert got.status == "complete"
+    reported = {tuple(int(t) for t in f.tokens) for f in got.found}
+    assert reported <= failing
+    assert bool(reported) == bool(failing), (len(failing), got.found)
+    assert failing or got.covered == task.total
+    return True
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_two_layer_bounds_agree_with_enumeration(seed):
+    """Random two-layer models (lookup tasks read at the last position, induction heads at every
+    position), local or not, at random formats and rules: the engine agrees with enumeration or
+    refuses."""
+    rng = np.random.default_rng(100 + seed)
+    fx = random_format(rng, seed)
+    sharp = float(rng.choice([0.0, 1.0, 4.0, 16.0]))
+    if seed % 2:
+        task = make_task("induction_heads", int(rng.integers(2, 5)), sigma=int(rng.integers(2, 4)))
+        model = two_layer(rng, task.vocab, task.max_len, task.num_classes, sharp=sharp)
+        for layer in model.layers:
+            layer.causal = True
+        model.readout.positions = "all"
+    else:
+        task = RandomLookupTask(3, int(rng.integers(3, 6)), 2, seed=seed)
+        model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout, sharp=sharp)
+        if seed % 4 == 2:  # a constant answer it can get right
+            model.readout.W_U[:] = 0
+            model.readout.b_U[:] = [5.0, -5.0]
+            task.F[:] = 0
+    _agree(Problem(task, model, fx))
+
+
+def test_the_designed_induction_heads_is_decided_through_two_layers():
+    """The designed construction: its first layer reads one position back (window width 1), it is
+    proved by the bounds engine at N = 8 with the enumeration's verdict, and refuted with beta small."""
+    problem = verifier.build_problem("induction_heads", N=8, p=16, f=4, sigma=3)
+    m = _Model.build(Evaluator(problem.model, problem.arith, tables=False))
+    assert m.window.width == 1
+    assert _agree(problem)
+    bad = verifier.build_problem("induction_heads", N=6, p=16, f=4, sigma=3, eta=0.5)
+    assert _agree(bad)
+    result = verifier.run(bad, "bounds")
+    assert result.verdict == "refuted"
