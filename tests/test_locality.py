@@ -5,6 +5,8 @@ full inputs (positions outside the window hold random tokens), the last layer's 
 the generic path's keys, values and queries, and the engine's verdicts with enumeration, on random
 two-layer models whose first layer is sometimes local and sometimes not."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from helpers import RandomLookupTask, add_biases, random_model
@@ -21,8 +23,9 @@ from verifier.tasks import make_task
 
 
 def two_layer(rng: np.random.Generator, vocab, max_len: int, C: int, readout: str = "argmax", sharp: float = 0.0):
-    """A random model of two softmax layers, the first causal; with `sharp` > 0 its first head's
-    logits also rise by `sharp` per position (a recency ramp: the more, the narrower its window)."""
+    """A random model of two softmax layers, the first causal; with `sharp` > 0 the first layer's
+    logits are a recency ramp, `sharp` per position, plus random token terms in all but its first
+    head (the steeper the ramp, the narrower its window)."""
     while True:
         model = random_model(rng, vocab, max_len, C=C, readout=readout, dims={"attention": "softmax"})
         if len(model.layers) == 2:
@@ -32,9 +35,11 @@ def two_layer(rng: np.random.Generator, vocab, max_len: int, C: int, readout: st
         add_biases(model, rng)
         c = int(rng.integers(0, model.d))
         model.E[:, c], model.P[:, c], model.P_mask[:] = 0.0, np.arange(max_len) / 4, True
-        head = model.layers[0].heads[0]
-        head.W_Q[0], head.W_K[0], head.b_Q[0], head.b_K[0] = 0.0, 0.0, sharp, 0.0
-        head.W_K[0, c] = 4.0
+        for hi, head in enumerate(model.layers[0].heads):
+            if hi == 0:
+                head.W_Q[:], head.W_K[:] = 0.0, 0.0
+            head.W_Q[0], head.W_K[0], head.b_Q[0], head.b_K[0] = 0.0, 0.0, sharp, 0.0
+            head.W_K[0, c] = 4.0
     return model
 
 
@@ -164,3 +169,64 @@ def test_the_designed_induction_heads_is_decided_through_two_layers():
     assert _agree(bad)
     result = verifier.run(bad, "bounds")
     assert result.verdict == "refuted"
+
+
+def _problems(count: int):
+    """Two-layer problems whose boxes hold more than the engine's leaf size (so their windows are
+    bounded over token sets): lookup tasks of length 8 (sharp first layers), induction heads at N = 8."""
+    for seed in range(count):
+        rng = np.random.default_rng(300 + seed)
+        fx = random_format(rng, seed)
+        if seed % 3 == 0:
+            yield verifier.build_problem("induction_heads", N=8, p=16, f=4, sigma=3,
+                                         overflow="error" if seed % 2 else "saturate")
+            continue
+        task = RandomLookupTask(3, 8, 2, seed=seed)
+        model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout,
+                          sharp=float(rng.choice([8.0, 16.0])))
+        yield Problem(task, model, replace(fx, p=fx.p + 6, f=fx.f + 3))
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_box_bounds_contain_every_member(seed, monkeypatch):
+    """In every round of a run, for random members of every box: the last layer's logits, the heads'
+    outputs and the readout's scores lie within the box's bounds, and a member whose evaluation
+    saturates (overflow = error) is in a box that says a saturation is possible."""
+    from verifier.engines import bounds
+
+    problem = list(_problems(seed + 1))[seed]
+    why = Bounds().unsupported(problem, RunOptions())
+    if why is not None:
+        pytest.skip(why)
+    ev = Evaluator(problem.model, problem.arith, tables=False)
+    rng = np.random.default_rng(seed)
+    original = bounds._Run._attention
+    checked = []
+
+    def attention(self, boxes):
+        att = original(self, boxes)
+        lo, hi, head_ovf = self._head_outputs([h.raw_lo for h in att.heads], [h.raw_hi for h in att.heads])
+        qcode = self._query_code(boxes)
+        ylo, yhi, post_ovf = self._post(lo, hi, qcode)
+        possible = att.ovf | head_ovf | post_ovf
+        sets = np.flatnonzero((boxes.dom >= 0).any(axis=1))  # boxes with token sets first, then any
+        for b in np.concatenate([rng.permutation(sets)[:4], rng.choice(len(boxes), size=min(len(boxes), 2))]):
+            dom = boxes.dom[b]
+            tokens = np.array([rng.choice(self.domains[g]) if g >= 0 else -1 - g for g in dom])
+            out, values = trace(ev, tokens)
+            for hi_, h in enumerate(att.heads):
+                s = values[f"L1.H{hi_}.logits"][-1]
+                assert (h.slo[b] <= s).all() and (s <= h.shi[b]).all()
+                o = values[f"L1.H{hi_}.out"][-1]
+                assert (lo[b, hi_] <= o).all() and (o <= hi[b, hi_]).all()
+            y = out.scores[0, -1] if out.scores.ndim == 3 else out.scores[0]
+            assert (ylo[b] <= y).all() and (y <= yhi[b]).all()
+            if problem.arith.overflow == "error" and (out.ovf_at[0, -1] if out.ovf_at is not None else out.ovf[0]):
+                assert possible[b]
+            checked.append(len(set(np.flatnonzero(dom >= 0).tolist())))
+        return att
+
+    monkeypatch.setattr(bounds._Run, "_attention", attention)
+    monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
+    Bounds().run(problem, RunOptions(deadline=Deadline(120)))
+    assert checked and max(checked) > 0  # some box held token sets, not single tokens only
