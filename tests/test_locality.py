@@ -230,3 +230,14 @@ def test_box_bounds_contain_every_member(seed, monkeypatch):
     monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
     Bounds().run(problem, RunOptions(deadline=Deadline(120)))
     assert checked and max(checked) > 0  # some box held token sets, not single tokens only
+
+
+def test_a_saturation_in_the_first_layer_fails_under_overflow_error():
+    """Induction heads at FX(12, 4), N = 5: proved when saturating, but its first layer's logits leave
+    the range at the last position (a product in the quadratic score), which under overflow = error
+    fails the inputs of that length; the engine must see it through the window table's flags."""
+    assert verifier.run(verifier.build_problem("induction_heads", N=5, p=12, f=4, sigma=3), "bounds").verdict == "proved"
+    problem = verifier.build_problem("induction_heads", N=5, p=12, f=4, sigma=3, overflow="error")
+    assert _agree(problem)
+    result = verifier.run(problem, "bounds")
+    assert result.verdict == "refuted" and result.counterexamples[0].reason == "overflow"
