@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import RandomLookupTask, add_biases, random_model
+from helpers import RandomLookupTask, two_layer
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
@@ -20,27 +20,6 @@ from verifier.evaluator import Evaluator, trace
 from verifier.locality import first_layer_window, window_states, zero_exp_bound
 from verifier.support.budget import Deadline
 from verifier.tasks import make_task
-
-
-def two_layer(rng: np.random.Generator, vocab, max_len: int, C: int, readout: str = "argmax", sharp: float = 0.0):
-    """A random model of two softmax layers, the first causal; with `sharp` > 0 the first layer's
-    logits are a recency ramp, `sharp` per position, plus random token terms in all but its first
-    head (the steeper the ramp, the narrower its window)."""
-    while True:
-        model = random_model(rng, vocab, max_len, C=C, readout=readout, dims={"attention": "softmax"})
-        if len(model.layers) == 2:
-            break
-    model.layers[0].causal = True
-    if sharp:
-        add_biases(model, rng)
-        c = int(rng.integers(0, model.d))
-        model.E[:, c], model.P[:, c], model.P_mask[:] = 0.0, np.arange(max_len) / 4, True
-        for hi, head in enumerate(model.layers[0].heads):
-            if hi == 0:
-                head.W_Q[:], head.W_K[:] = 0.0, 0.0
-            head.W_Q[0], head.W_K[0], head.b_Q[0], head.b_K[0] = 0.0, 0.0, sharp, 0.0
-            head.W_K[0, c] = 4.0
-    return model
 
 
 def random_format(rng: np.random.Generator, seed: int) -> FixedPoint:

@@ -425,26 +425,25 @@ class _Run:
         ids: dict[int, int] = {}
         held: list = []
         prefixes, prefix_of, queries = [], [], []
-        prev = None
+        prev: Optional[list] = None
+        prev_oid: list = []
         for case in cases:
             prefix = getattr(case.domains, "prefix", None)  # a shared prefix (`Domains`) is one object
             if prefix is None:
                 prefix = case.domains[:-1]
-            if prev is None or (prefix is not prev and not _same_domains(prefix, prev)):
-                # each distinct array object once (a case's positions share a few): its code, by identity
-                obj, first, inv = np.unique(np.fromiter(map(id, prefix), np.int64, L - 1), return_index=True,
-                                            return_inverse=True)
-                for o, i in zip(obj.tolist(), first.tolist()):
-                    if o not in ids:
-                        d = prefix[i]
+            if prefix is not prev:
+                oid = list(map(id, prefix))  # the positions' array objects: a case's positions share a few
+                if prev is None or not _same_domains(prefix, prev, oid, prev_oid):
+                    for o in set(oid) - ids.keys():  # each new object once: its code
+                        d = prefix[oid.index(o)]
                         if len(d) == 1:
                             ids[o] = -1 - int(d[0])
                         else:
                             ids[o] = len(self.domains)
                             self.domains.append(np.asarray(d, dtype=np.int64))
                         held.append(d)  # alive for the batch, so that its id stays its own
-                prefixes.append(np.array([ids[o] for o in obj.tolist()], dtype=np.int64)[inv.reshape(-1)])
-                prev = prefix
+                    prefixes.append(np.fromiter(map(ids.__getitem__, oid), np.int64, L - 1))
+                prev, prev_oid = prefix, oid
             prefix_of.append(len(prefixes) - 1)
             queries.append(np.asarray(case.domains[-1], dtype=np.int64))  # the query position: one token a box
         self.prefixes = np.stack(prefixes)
@@ -670,17 +669,12 @@ class _Run:
         sets = self._cache.get(("sets", key), np.zeros((0, 1), dtype=np.int64))
         if len(sets) < len(at):
             new = range(len(sets), len(at))
-            by_codes: dict[int, list[int]] = {}
-            for s in new:  # slots of one window of token sets share their codes' array
-                by_codes.setdefault(id(codes[s]), []).append(s)
-            rows = [_distinct_rows(table.rid[np.array([at[s] for s in g])[:, None], codes[g[0]][None, :]])
-                    for g in by_codes.values()]
-            order = np.concatenate([np.array(g) for g in by_codes.values()]) - len(sets)
-            W = max([r.shape[1] for r in rows] + [sets.shape[1]])
+            width = max(len(codes[s]) for s in new)  # padded by repeating a code: the same distinct classes
+            grid = np.stack([np.pad(codes[s], (0, width - len(codes[s])), mode="edge") for s in new])
+            fresh = _distinct_rows(table.rid[np.array([at[s] for s in new])[:, None], grid])
+            W = max(fresh.shape[1], sets.shape[1])
             pad = lambda r: np.pad(r, ((0, 0), (0, W - r.shape[1])), mode="edge")
-            fresh = np.empty((len(order), W), dtype=np.int64)
-            fresh[order] = np.concatenate([pad(r) for r in rows])
-            sets = self._cache["sets", key] = np.concatenate([pad(sets), fresh])
+            sets = self._cache["sets", key] = np.concatenate([pad(sets), pad(fresh)])
         return sets
 
     def _domain_classes(self, table: ClassTable, d: np.ndarray, key) -> np.ndarray:
@@ -1219,16 +1213,13 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inv.reshape(-1)
 
 
-def _same_domains(a: list, b: list) -> bool:
-    """Do two lists hold the same domains, position by position?  List equality compares by
-    identity first, which is what consecutive cases share; arrays that are not the same object are
-    compared by content (list equality then raises for a multi-token array)."""
+def _same_domains(a: list, b: list, ida: list, idb: list) -> bool:
+    """Do two lists hold the same domains, position by position?  Consecutive cases share array
+    objects (`ida`, `idb`: their ids); only the positions whose objects differ are compared by content."""
     if len(a) != len(b):
         return False
-    try:
-        return a == b
-    except ValueError:
-        return all(x is y or (len(x) == len(y) and np.array_equal(x, y)) for x, y in zip(a, b))
+    diff = np.flatnonzero(np.array(ida) != np.array(idb))
+    return all(len(a[i]) == len(b[i]) and np.array_equal(a[i], b[i]) for i in diff.tolist())
 
 
 def _distinct_rows(ids: np.ndarray) -> np.ndarray:
