@@ -138,6 +138,10 @@ def battery_problem(i: int, grid: bool = False) -> Problem:
         else:
             task = RandomLookupTask(int(rng.integers(2, 4)), int(rng.integers(2, 6)), 2, seed=i)
             model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout, sharp=sharp)
+            if rng.random() < 0.5:  # a constant answer it can get right
+                model.readout.W_U[:] = 0
+                model.readout.b_U[:] = [5.0, -5.0]
+                task.F[:] = 0
         return Problem(task, model, fx)
     if kind == "random-idxl":
         task = make_task("idxl", int(rng.integers(1, 4)))

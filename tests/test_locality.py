@@ -220,3 +220,11 @@ def test_a_saturation_in_the_first_layer_fails_under_overflow_error():
     assert _agree(problem)
     result = verifier.run(problem, "bounds")
     assert result.verdict == "refuted" and result.counterexamples[0].reason == "overflow"
+
+
+def test_a_last_layer_map_of_zeros_is_one_class():
+    """A second layer whose query map is all zeros (its logits one value, its weights uniform): one
+    class of the window table, and the engine agrees with enumeration."""
+    problem = verifier.build_problem("induction_heads", N=4, p=16, f=4, sigma=3)
+    problem.model.layers[1].heads[0].W_Q[:] = 0
+    assert _agree(problem)

@@ -70,7 +70,11 @@ def state_table(fx: Fixed, X: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]
     """The classes of ``W x + b`` over a table of states X (L, C, d) (`verifier.locality`'s first
     layer's outputs per position and window of tokens): ``rid`` is (L, C)."""
     cols = np.flatnonzero(np.any(W != 0, axis=0))
-    uniq, rid = np.unique(X[:, :, cols].reshape(-1, len(cols)), axis=0, return_inverse=True)
+    read = X[:, :, cols].reshape(X.shape[0] * X.shape[1], len(cols))
+    if not len(cols):  # a map of zeros: one class, its bias
+        uniq, rid = read[:1], np.zeros(len(read), dtype=np.int64)
+    else:
+        uniq, rid = np.unique(read, axis=0, return_inverse=True)
     require_memory(8.0 * len(uniq) * (len(cols) + W.shape[0]), f"the classes of a later layer ({len(uniq):,})")
     ctx = fx.context((len(uniq),))
     values = _lin_chunked(fx, W[:, cols], uniq, b, ctx, deadline)
