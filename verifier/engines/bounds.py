@@ -36,6 +36,16 @@ many boxes the branching makes, and a box that does not fit alone is refused (`T
 auto answers with the next engine) before it is allocated (docs/bounds-engine.md, "Memory").
 Supported: one layer (softmax or ReLU attention, any heads, residual or not, FFN or not),
 a readout at the last position, every rounding, overflow and accumulation rule.
+
+Two layers, when the first is local (`verifier.locality`: causal softmax attention whose keys
+outside a window of the last width + 1 positions weigh exactly 0, decided from the layer-0 logit
+tables): the first layer's output is a table over (position, window of tokens), computed by the
+evaluator's own layer, and the second layer is bounded as the first is, with windows for tokens:
+a position's classes are those of every token combination of its window's token sets (a superset,
+exact when the window holds single tokens).  The query's window is split into single tokens first.
+A readout at every position of a causal model is decided at the last position of every length
+(the task's `last_position_cases`), the first length's inputs on the evaluator at every position
+(docs/bounds-engine.md, "Layers after the first").
 """
 
 from __future__ import annotations
