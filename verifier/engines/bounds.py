@@ -78,7 +78,7 @@ LEAF_TABLES_AFTER = 1 << 14  # leaf inputs evaluated before the evaluator's laye
 MEMORY = 128 << 20  # the working set of a run's boxes (a constant, so that the boxes of a round, and the
 # counterexample found first, do not depend on the machine's load); more buys no speed
 ROUND_BOXES = 1 << 13  # boxes of a round at most: enough to vectorise, few enough to reach the leaves soon
-WINDOW_INDEX = 1 << 24  # (position, window of token sets) pairs a batch may index (two layers)
+WINDOW_INDEX = 1 << 21  # (position, window of token sets) pairs a batch may index (two layers): 16 MiB
 PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
 
 
@@ -313,6 +313,9 @@ class Bounds:
         if len(model.layers) > 2:
             return f"it bounds at most two layers (the first one local); the model has {len(model.layers)}"
         if len(model.layers) == 2:
+            first = model.layers[0]
+            if first.attention != "softmax" or not first.causal:
+                return "the first of its two layers is not causal softmax attention (only that is certified local)"
             ev = Evaluator(model, problem.arith, tables=False)
             window, why = _first_window(ev, _layer0_heads(ev, opts.deadline))
             if window is None:
