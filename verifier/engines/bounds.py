@@ -607,15 +607,21 @@ class _Run:
         return self.window.code(-1 - boxes.dom, self.L - 1)
 
     def _fix_query_window(self, boxes: _Boxes) -> _Boxes:
-        """The boxes split into single tokens on the positions of the query's window."""
-        for j in range(max(0, self.L - 1 - self.window.width), self.L - 1):
-            free = boxes.dom[:, j] >= 0
+        """The boxes split into single tokens on the positions of the query's window, and on the
+        answer's position (a box that does not fix the answer is split there anyway: bounding it
+        first would only choose that split, and a window's split cannot be taken from its parent)."""
+        steps = [lambda b, p=p: np.full(len(b), p) for p in range(max(0, self.L - 1 - self.window.width), self.L - 1)]
+        if self.answer_pos is not None:
+            steps.append(lambda b: self.answer_pos[b.case])
+        for at in steps:
+            j = at(boxes)
+            rows = np.arange(len(boxes))
+            held = boxes.dom[rows, j]
+            free = (held >= 0) & (self.lens[np.maximum(held, 0)] > 1)
             if not free.any():
                 continue
-            rows = np.flatnonzero(free)
-            doms = boxes.dom[rows, j]
-            parent = np.repeat(rows, self.lens[doms])
-            kids = _children(boxes, parent, np.full(len(boxes), j), np.concatenate([self.domains[g] for g in doms]))
+            parent = np.repeat(rows[free], self.lens[held[free]])
+            kids = _children(boxes, parent, j, np.concatenate([self.domains[g] for g in held[free]]))
             kids.depth[:] = 0
             boxes = _Boxes.concat(boxes.take(np.flatnonzero(~free)), kids)
             boxes = boxes.take(np.argsort(boxes.case, kind="stable"))
