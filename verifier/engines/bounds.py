@@ -133,6 +133,7 @@ class _Model:
 
 
 def _layer0_heads(ev: Evaluator, deadline: Optional[Deadline] = None) -> list[_Head]:
+    """Layer 0's heads as class tables over (position, token), with their logit tables."""
     q, fx = ev.q, ev.arith
     heads = []
     for h in q.layers[0].heads:
@@ -141,11 +142,19 @@ def _layer0_heads(ev: Evaluator, deadline: Optional[Deadline] = None) -> list[_H
     return heads
 
 
+def _not_certified(model: Model) -> Optional[str]:
+    """Why a first layer's locality is not decided here, or None."""
+    first = model.layers[0]
+    if first.attention != "softmax" or not first.causal:
+        return "its first layer is not causal softmax attention (only that is certified local)"
+    return None
+
+
 def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], str]:
     """The first layer's window (`locality.first_layer_window`), or None and why not."""
-    first = ev.q.layers[0]
-    if first.attention != "softmax" or not first.causal:
-        return None, "its first layer is not causal softmax attention (only that is certified local)"
+    why = _not_certified(ev.q)
+    if why is not None:
+        return None, why
     return first_layer_window(ev.arith, [h.q for h in heads], [h.k for h in heads], [h.logits for h in heads],
                               [h.logit_ovf for h in heads], ev.q.max_len)
 
@@ -313,12 +322,11 @@ class Bounds:
         if len(model.layers) > 2:
             return f"it bounds at most two layers (the first one local); the model has {len(model.layers)}"
         if len(model.layers) == 2:
-            first = model.layers[0]
-            if first.attention != "softmax" or not first.causal:
-                return "the first of its two layers is not causal softmax attention (only that is certified local)"
-            ev = Evaluator(model, problem.arith, tables=False)
-            window, why = _first_window(ev, _layer0_heads(ev, opts.deadline))
-            if window is None:
+            why = _not_certified(model)  # before any table is built
+            if why is None:
+                ev = Evaluator(model, problem.arith, tables=False)
+                why = _first_window(ev, _layer0_heads(ev, opts.deadline))[1] or None
+            if why is not None:
                 return "the first of its two layers is not local: " + why
         if model.readout.positions != "last":
             if not all(layer.causal for layer in model.layers):
