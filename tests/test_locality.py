@@ -5,6 +5,7 @@ full inputs (positions outside the window hold random tokens), the last layer's 
 the generic path's keys, values and queries, and the engine's verdicts with enumeration, on random
 two-layer models whose first layer is sometimes local and sometimes not."""
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +18,7 @@ from verifier.engines import Problem, RunOptions
 from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator, trace
-from verifier.locality import first_layer_window, window_states, zero_exp_bound
+from verifier.locality import window_states, zero_exp_bound
 from verifier.support.budget import Deadline
 from verifier.tasks import make_task
 
@@ -215,7 +216,8 @@ def test_a_saturation_in_the_first_layer_fails_under_overflow_error():
     """Induction heads at FX(12, 4), N = 5: proved when saturating, but its first layer's logits leave
     the range at the last position (a product in the quadratic score), which under overflow = error
     fails the inputs of that length; the engine must see it through the window table's flags."""
-    assert verifier.run(verifier.build_problem("induction_heads", N=5, p=12, f=4, sigma=3), "bounds").verdict == "proved"
+    saturating = verifier.build_problem("induction_heads", N=5, p=12, f=4, sigma=3)
+    assert verifier.run(saturating, "bounds").verdict == "proved"
     problem = verifier.build_problem("induction_heads", N=5, p=12, f=4, sigma=3, overflow="error")
     assert _agree(problem)
     result = verifier.run(problem, "bounds")
@@ -228,3 +230,21 @@ def test_a_last_layer_map_of_zeros_is_one_class():
     problem = verifier.build_problem("induction_heads", N=4, p=16, f=4, sigma=3)
     problem.model.layers[1].heads[0].W_Q[:] = 0
     assert _agree(problem)
+
+
+@pytest.mark.parametrize("sigma", [2, 3])
+def test_last_position_cases_partition_each_length_and_fix_its_answer(sigma):
+    """Induction heads' cases of the last position: per length they partition the strings (each
+    once), and on every member the answer at the last position is the case's `answer_at`."""
+    task = make_task("induction_heads", 5, sigma=sigma)
+    cases = list(task.last_position_cases())
+    for n in range(1, 6):
+        members = []
+        for case in (c for c in cases if c.length == n + 1):
+            tokens = np.array(list(itertools.product(*case.domains)))
+            answers, valid = task.evaluate(tokens)
+            j, table = case.answer_at
+            assert valid.all() and (answers[:, -1] == table[tokens[:, j]]).all(), case.name
+            assert len(tokens) == case.count
+            members += [tuple(t) for t in tokens]
+        assert len(members) == len(set(members)) == sigma ** n
