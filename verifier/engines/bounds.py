@@ -668,8 +668,9 @@ class _Run:
             if space * (self.L - 1) > WINDOW_INDEX:
                 raise TooLarge(f"{len(self.domains)} token sets make {space:,} windows of {w + 1} positions; the "
                                f"bounds engine indexes at most {WINDOW_INDEX:,} (position, window) pairs")
-            self._cache["slots"] = (np.full((self.L - 1, space), -1, dtype=np.int64), [], [])
-        index, at, codes = self._cache["slots"]
+            # the index; each slot's position and window; each window's codes
+            self._cache["slots"] = (np.full((self.L - 1, space), -1, dtype=np.int64), [], [], [])
+        index, at, win, codes = self._cache["slots"]
         pad = np.concatenate([np.full((n, w), -1, dtype=np.int64), dom], axis=1) + V  # before 0: token 0
         wkey = sum(pad[:, w - k:w - k + L1] * base ** k for k in range(w + 1))
         j = np.broadcast_to(np.arange(L1), (n, L1))
@@ -686,19 +687,21 @@ class _Run:
                 js = nj[nk == k]
                 index[js, k] = len(at) + np.arange(len(js))
                 at.extend(js.tolist())
-                codes.extend([c] * len(js))
+                win.extend([len(codes)] * len(js))
+                codes.append(c)
             slot = index[j, wkey]
         return slot
 
     def _slot_sets(self, table: ClassTable, key) -> np.ndarray:
         """(slots, W) the distinct classes of each slot's codes in a table, padded by repetition."""
-        _, at, codes = self._cache["slots"]
+        _, at, win, codes = self._cache["slots"]
         sets = self._cache.get(("sets", key), np.zeros((0, 1), dtype=np.int64))
         if len(sets) < len(at):
-            new = range(len(sets), len(at))
-            width = max(len(codes[s]) for s in new)  # padded by repeating a code: the same distinct classes
-            grid = np.stack([np.pad(codes[s], (0, width - len(codes[s])), mode="edge") for s in new])
-            fresh = _distinct_rows(table.rid[np.array([at[s] for s in new])[:, None], grid])
+            size = np.array([len(c) for c in codes])  # each window's codes, padded by repeating its last
+            start = np.cumsum(size) - size  # (the same distinct classes)
+            padded = np.concatenate(codes)[start[:, None] + np.minimum(np.arange(size.max()), size[:, None] - 1)]
+            new = slice(len(sets), len(at))
+            fresh = _distinct_rows(table.rid[np.array(at[new])[:, None], padded[np.array(win[new])]])
             W = max(fresh.shape[1], sets.shape[1])
             pad = lambda r: np.pad(r, ((0, 0), (0, W - r.shape[1])), mode="edge")
             sets = self._cache["sets", key] = np.concatenate([pad(sets), pad(fresh)])
