@@ -1248,8 +1248,9 @@ def _same_domains(a: list, b: list, ida: list, idb: list) -> bool:
     objects (`ida`, `idb`: their ids); only the positions whose objects differ are compared by content."""
     if len(a) != len(b):
         return False
-    diff = np.flatnonzero(np.array(ida) != np.array(idb))
-    return all(len(a[i]) == len(b[i]) and np.array_equal(a[i], b[i]) for i in diff.tolist())
+    if ida == idb:
+        return True
+    return all(i == j or (len(x) == len(y) and np.array_equal(x, y)) for x, y, i, j in zip(a, b, ida, idb))
 
 
 def _distinct_rows(ids: np.ndarray) -> np.ndarray:
