@@ -42,7 +42,8 @@ outside a window of the last width + 1 positions weigh exactly 0, decided from t
 tables): the first layer's output is a table over (position, window of tokens), computed by the
 evaluator's own layer, and the second layer is bounded as the first is, with windows for tokens:
 a position's classes are those of every token combination of its window's token sets (a superset,
-exact when the window holds single tokens).  The query's window is split into single tokens first.
+exact when the window holds single tokens).  The query's window and the answer's position are
+split into single tokens first.
 A readout at every position of a causal model is decided at the last position of every length
 (the task's `last_position_cases`), the first length's inputs on the evaluator at every position
 (docs/bounds-engine.md, "Layers after the first").
