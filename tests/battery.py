@@ -15,6 +15,9 @@ not).  `decide_all` then requires, with zero tolerance:
 * for every case split, the SMT formula (bit-vectors) holds at every input enumeration says fails,
   and z3 finds a failing input exactly when enumeration does, and only one that fails (a solve
   that takes more than SOLVE_SECONDS is counted as unknown, never as agreement);
+* random two-layer models (`two-layer`: the first layer causal, sometimes with a recency ramp that
+  makes it local) put the bounds engine's window tables against enumeration, read at the last
+  position (lookup tasks) or at every position (induction heads);
 * every engine of the registry (`verifier.engines.ENGINES`: a newly registered engine is checked
   with no edit here) that can run the problem finds a failure exactly when enumeration does, only
   inputs that fail, and no more decided inputs than leave out the failures it did not report;
@@ -32,7 +35,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
-from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model
+from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model, two_layer
 from reference import RefFloat, RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 import verifier
@@ -54,7 +57,7 @@ from verifier.verdicts import Status
 SOLVE_SECONDS = 15.0  # one case's solve in the encoding check
 ENGINE_SECONDS = 5.0  # one engine's run; past it the engine's answer is counted unknown, never agreement
 KINDS = ("construction", "random-idxl", "lookup-argmax", "lookup-threshold", "boolean", "retrieval", "extreme",
-         "degenerate", "sequence", "recurrent", "user-reference", "user-dataset", "bos-sequence")
+         "degenerate", "sequence", "recurrent", "user-reference", "user-dataset", "bos-sequence", "two-layer")
 
 
 def _small_task(rng: np.random.Generator, i: int):
@@ -125,6 +128,21 @@ def battery_problem(i: int, grid: bool = False) -> Problem:
             return Problem(task, _random_recurrent(rng, task, fx), fx)
         model = random_model(rng, task.vocab, task.max_len, C=task.num_classes, readout="argmax")
         model.readout.positions = "all"
+        return Problem(task, model, fx)
+    if kind == "two-layer":  # the bounds engine through two layers: first layers local or not
+        sharp = float(rng.choice([0.0, 2.0, 8.0]))
+        if rng.random() < 0.5:  # induction heads, read at every position of a causal model
+            task = make_task("induction_heads", int(rng.integers(1, 5)), sigma=int(rng.integers(2, 4)))
+            model = two_layer(rng, task.vocab, task.max_len, task.num_classes, sharp=sharp)
+            model.layers[1].causal = True
+            model.readout.positions = "all"
+        else:
+            task = RandomLookupTask(int(rng.integers(2, 4)), int(rng.integers(2, 6)), 2, seed=i)
+            model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout, sharp=sharp)
+            if rng.random() < 0.5:  # a constant answer it can get right
+                model.readout.W_U[:] = 0
+                model.readout.b_U[:] = [5.0, -5.0]
+                task.F[:] = 0
         return Problem(task, model, fx)
     if kind == "random-idxl":
         task = make_task("idxl", int(rng.integers(1, 4)))

@@ -73,6 +73,27 @@ def random_model(rng: np.random.Generator, V: int | list[str], max_len: int, C: 
     return model
 
 
+def two_layer(rng: np.random.Generator, vocab, max_len: int, C: int, readout: str = "argmax", sharp: float = 0.0):
+    """A random model of two softmax layers, the first causal; with `sharp` > 0 the first layer's
+    logits are a recency ramp, `sharp` per position, plus random token terms in all but its first
+    head (the steeper the ramp, the narrower its window)."""
+    while True:
+        model = random_model(rng, vocab, max_len, C=C, readout=readout, dims={"attention": "softmax"})
+        if len(model.layers) == 2:
+            break
+    model.layers[0].causal = True
+    if sharp:
+        add_biases(model, rng)
+        c = int(rng.integers(0, model.d))
+        model.E[:, c], model.P[:, c], model.P_mask[:] = 0.0, np.arange(max_len) / 4, True
+        for hi, head in enumerate(model.layers[0].heads):
+            if hi == 0:
+                head.W_Q[:], head.W_K[:] = 0.0, 0.0
+            head.W_Q[0], head.W_K[0], head.b_Q[0], head.b_K[0] = 0.0, 0.0, sharp, 0.0
+            head.W_K[0, c] = 4.0
+    return model
+
+
 def add_biases(model: Model, rng: np.random.Generator) -> Model:
     """Give every attention layer biases b_Q, b_K, b_V and b_O (model format version 2)."""
     for layer in model.layers:

@@ -426,21 +426,9 @@ class Evaluator(_Reader):
                             qctx.ovf |= (hit if mask is None else hit & mask).any(2)
                     else:
                         S = arith.scores(t.q[hi][qrows], t.k[hi][rows], qctx, f"{name}.logits", mask)
+                    outs.append(self._attend(layer, name, S, Vh, mask, qctx, rec))
                 else:
-                    Qh = self._lin(head.W_Q, Xq, head.b_Q, qctx, f"{name}.q")
-                    Kh = self._lin(head.W_K, X, head.b_K, kctx, f"{name}.k")
-                    Vh = self._lin(head.W_V, X, head.b_V, kctx, f"{name}.v")
-                    S = arith.scores(Qh, Kh, qctx, f"{name}.logits", mask)
-                    if rec:
-                        rec(f"{name}.q", Qh), rec(f"{name}.k", Kh), rec(f"{name}.v", Vh), rec(f"{name}.logits", S)
-                if layer.attention == "softmax":
-                    Wt = arith.softmax(S, mask, qctx, name, rec)
-                else:
-                    Wt = arith.relu(S) if mask is None else np.where(mask, arith.relu(S), 0)
-                out = arith.mix(Wt, Vh, qctx, f"{name}.out")
-                if rec:
-                    rec(f"{name}.attn", Wt), rec(f"{name}.out", out)
-                outs.append(out)
+                    outs.append(self._head(layer, head, name, X, Xq, mask, kctx, qctx, rec))
             Xq = self.finish_layer(li, Xq, outs, qctx, rec)
             sats.add(kctx, "k", li, positions)
             sats.add(qctx, "q", li, qpos)
@@ -451,6 +439,46 @@ class Evaluator(_Reader):
         sats.add(octx, "out", None, np.arange(answers))
         pred, tie = self._decide(y)
         return sats.outputs(y, pred, tie, every)
+
+    def _head(self, layer, head, name: str, X: np.ndarray, Xq: np.ndarray, mask: Optional[np.ndarray],
+              kctx: Ctx, qctx: Ctx, rec: Recorder = None) -> np.ndarray:
+        """One head on the generic path: queries from Xq, keys and values from X (B, L, d)."""
+        arith = self.arith
+        Qh = self._lin(head.W_Q, Xq, head.b_Q, qctx, f"{name}.q")
+        Kh = self._lin(head.W_K, X, head.b_K, kctx, f"{name}.k")
+        Vh = self._lin(head.W_V, X, head.b_V, kctx, f"{name}.v")
+        S = arith.scores(Qh, Kh, qctx, f"{name}.logits", mask)
+        if rec:
+            rec(f"{name}.q", Qh), rec(f"{name}.k", Kh), rec(f"{name}.v", Vh), rec(f"{name}.logits", S)
+        return self._attend(layer, name, S, Vh, mask, qctx, rec)
+
+    def _attend(self, layer, name: str, S: np.ndarray, Vh: np.ndarray, mask: Optional[np.ndarray], qctx: Ctx,
+                rec: Recorder = None) -> np.ndarray:
+        """A head's output from its logits S and values Vh."""
+        arith = self.arith
+        if layer.attention == "softmax":
+            Wt = arith.softmax(S, mask, qctx, name, rec)
+        else:
+            Wt = arith.relu(S) if mask is None else np.where(mask, arith.relu(S), 0)
+        out = arith.mix(Wt, Vh, qctx, f"{name}.out")
+        if rec:
+            rec(f"{name}.attn", Wt), rec(f"{name}.out", out)
+        return out
+
+    def first_layer(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Layer 0 at every position of a batch (B, L) on the generic path: its output (B, L, d), and
+        where it saturated: at each key position (the embedding, keys, values: (B, L)) and at each
+        query position (the rest: (B, L)).  The bounds engine's window tables are made of it."""
+        q, arith = self.q, self.arith
+        tokens = np.asarray(tokens, dtype=np.int64)
+        B, L = tokens.shape
+        positions = np.arange(L)
+        layer = q.layers[0]
+        mask = (positions[:, None] >= positions[None, :]) if layer.causal else None
+        kctx, qctx = arith.context((B, L)), arith.context((B, L))
+        X = self._embed(tokens, np.broadcast_to(positions, tokens.shape), kctx)
+        outs = [self._head(layer, head, f"L0.H{hi}", X, X, mask, kctx, qctx) for hi, head in enumerate(layer.heads)]
+        return self.finish_layer(0, X, outs, qctx), kctx.ovf, qctx.ovf
 
     def finish_layer(self, li: int, Xq: np.ndarray, outs: list[np.ndarray], ctx: Ctx,
                      rec: Recorder = None) -> np.ndarray:

@@ -65,6 +65,22 @@ def class_table(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: 
     return ClassTable(rid.reshape(L, V).astype(np.int64), values, ctx.ovf.copy())
 
 
+def state_table(fx: Fixed, X: np.ndarray, W: np.ndarray, b: Optional[np.ndarray] = None,
+                deadline: Optional[Deadline] = None) -> ClassTable:
+    """The classes of ``W x + b`` over a table of states X (L, C, d) (`verifier.locality`'s first
+    layer's outputs per position and window of tokens): ``rid`` is (L, C)."""
+    cols = np.flatnonzero(np.any(W != 0, axis=0))
+    read = X[:, :, cols].reshape(X.shape[0] * X.shape[1], len(cols))
+    if not len(cols):  # a map of zeros: one class, its bias
+        uniq, rid = read[:1], np.zeros(len(read), dtype=np.int64)
+    else:
+        uniq, rid = np.unique(read, axis=0, return_inverse=True)
+    require_memory(8.0 * len(uniq) * (len(cols) + W.shape[0]), f"the classes of a later layer ({len(uniq):,})")
+    ctx = fx.context((len(uniq),))
+    values = _lin_chunked(fx, W[:, cols], uniq, b, ctx, deadline)
+    return ClassTable(rid.reshape(X.shape[:2]).astype(np.int64), values, ctx.ovf.copy())
+
+
 def embedding_overflow(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray,
                        deadline: Optional[Deadline] = None) -> np.ndarray:
     """(L_max, V) bool: does sat(E[t] + P[i]) clamp some coordinate of the pair (i, t)?"""

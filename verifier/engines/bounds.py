@@ -36,6 +36,17 @@ many boxes the branching makes, and a box that does not fit alone is refused (`T
 auto answers with the next engine) before it is allocated (docs/bounds-engine.md, "Memory").
 Supported: one layer (softmax or ReLU attention, any heads, residual or not, FFN or not),
 a readout at the last position, every rounding, overflow and accumulation rule.
+
+Two layers, when the first is local (`verifier.locality`: causal softmax attention whose keys
+outside a window of the last width + 1 positions weigh exactly 0, decided from the layer-0 logit
+tables): the first layer's output is a table over (position, window of tokens), computed by the
+evaluator's own layer, and the second layer is bounded as the first is, with windows for tokens:
+a position's classes are those of every token combination of its window's token sets (a superset,
+exact when the window holds single tokens).  The query's window and the answer's position are
+split into single tokens first.
+A readout at every position of a causal model is decided at the last position of every length
+(the task's `last_position_cases`), the first length's inputs on the evaluator at every position
+(docs/bounds-engine.md, "Layers after the first").
 """
 
 from __future__ import annotations
@@ -48,16 +59,18 @@ import numpy as np
 
 from ..arithmetic import Fixed
 from ..evaluator import Evaluator, fitting_evaluator
-from ..layer0 import ClassTable, class_table, embedding_overflow, score_table
+from ..layer0 import ClassTable, class_table, embedding_overflow, score_table, state_table
+from ..locality import Window, first_layer_window, window_states
 from ..model import Model, Recurrent
 from ..support.budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
 from ..support.errors import InternalError
 from ..tasks import Case
-from ..tasks.base import case_splits
+from ..tasks.base import Task, case_splits
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
 from .cost import products
 
+FIRST_LENGTH_INPUTS = 1 << 12  # a readout at every position: the inputs of the first length, all evaluated
 LEAF_INPUTS = 256  # a box with at most this many inputs is split into its inputs at once
 BATCH_POSITIONS = 1 << 20  # boxes x positions of one batch
 POINTS_PER_ROW = 4096  # a head-output box of at most this many codes is decided point by point
@@ -66,6 +79,7 @@ LEAF_TABLES_AFTER = 1 << 14  # leaf inputs evaluated before the evaluator's laye
 MEMORY = 128 << 20  # the working set of a run's boxes (a constant, so that the boxes of a round, and the
 # counterexample found first, do not depend on the machine's load); more buys no speed
 ROUND_BOXES = 1 << 13  # boxes of a round at most: enough to vectorise, few enough to reach the leaves soon
+WINDOW_INDEX = 1 << 21  # (position, window of token sets) pairs a batch may index (two layers): 16 MiB
 PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
 
 
@@ -87,25 +101,63 @@ class _Model:
     pair_ovf: Optional[np.ndarray]  # overflow = error: (L_max, V) the pair saturates its embedding,
     # key or value, or uses a saturated parameter
     always: bool  # overflow = error and a saturated parameter that every input uses
+    window: Optional[Window] = None  # two layers: the first layer's window (the tables are over its codes)
+    states: Optional[np.ndarray] = None  # two layers: the first layer's output (L_max, window codes, d)
 
     @classmethod
     def build(cls, ev: Evaluator, deadline: Optional[Deadline] = None) -> "_Model":
+        """Layer 0's class tables; for two layers, the first layer's window and output table, and
+        the last layer's class tables over (position, window code) (`verifier.locality`)."""
         q, fx = ev.q, ev.arith
-        heads = []
-        for h in q.layers[0].heads:
-            tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline)
-                          for W, b in h.MAPS)
-            heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values, deadline)))
+        heads = _layer0_heads(ev, deadline)
+        window = states = None
+        if len(q.layers) > 1:
+            window, why = _first_window(ev, heads)
+            if window is None:
+                raise InternalError(f"the first layer is not local: {why}")
+            states, state_ovf = window_states(ev, window)
+            heads = []
+            for h in q.layers[-1].heads:
+                tq, tk, tv = (state_table(fx, states, getattr(h, W), getattr(h, b), deadline) for W, b in h.MAPS)
+                heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values, deadline)))
         pair_ovf, always = None, False
         if fx.overflow == "error":
-            pair_ovf = embedding_overflow(fx, q.E, q.P, q.P_mask, deadline)
+            pair_ovf = state_ovf if states is not None else embedding_overflow(fx, q.E, q.P, q.P_mask, deadline)
             for h in heads:
                 pair_ovf |= h.k.ovf[h.k.rid] | h.v.ovf[h.v.rid]
             use = ev.saturated_use
             if use is not None:
-                pair_ovf |= use.token[None, :] | (use.position[:, None] & q.P_mask[None, :])
+                own = np.arange(pair_ovf.shape[1]) % len(q.vocab)  # a column's token (its window's last digit)
+                pair_ovf |= use.token[own][None, :] | (use.position[:, None] & q.P_mask[own][None, :])
                 always = bool(use.always)
-        return cls(ev, heads, pair_ovf, always)
+        return cls(ev, heads, pair_ovf, always, window, states)
+
+
+def _layer0_heads(ev: Evaluator, deadline: Optional[Deadline] = None) -> list[_Head]:
+    """Layer 0's heads as class tables over (position, token), with their logit tables."""
+    q, fx = ev.q, ev.arith
+    heads = []
+    for h in q.layers[0].heads:
+        tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline) for W, b in h.MAPS)
+        heads.append(_Head(tq, tk, tv, *score_table(fx, tq.values, tk.values, deadline)))
+    return heads
+
+
+def _not_certified(model: Model) -> Optional[str]:
+    """Why a first layer's locality is not decided here, or None."""
+    first = model.layers[0]
+    if first.attention != "softmax" or not first.causal:
+        return "its first layer is not causal softmax attention (only that is certified local)"
+    return None
+
+
+def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], str]:
+    """The first layer's window (`locality.first_layer_window`), or None and why not."""
+    why = _not_certified(ev.q)
+    if why is not None:
+        return None, why
+    return first_layer_window(ev.arith, [h.q for h in heads], [h.k for h in heads], [h.logits for h in heads],
+                              [h.logit_ovf for h in heads], ev.q.max_len)
 
 
 @dataclass
@@ -171,7 +223,7 @@ class _Footprint:
     @classmethod
     def of(cls, model: Model) -> "_Footprint":
         """From the model's sizes (as given or quantized: a zero weight is skipped either way)."""
-        layer, ro = model.layers[0], model.readout
+        layer, ro = model.layers[-1], model.readout
         maps = [layer.W_O, ro.W_U] + ([layer.W1, layer.W2] if layer.has_ffn else [])
         mv = max(h.W_V.shape[0] for h in layer.heads)
         width = len(layer.heads) * mv + model.d + (layer.W1.shape[0] if layer.has_ffn else 0) + ro.W_U.shape[0]
@@ -270,11 +322,24 @@ class Bounds:
         model = problem.model
         if isinstance(model, Recurrent):
             return "it bounds attention; a recurrent model has none"
-        if len(model.layers) != 1:
-            return f"it propagates bounds through one layer; the model has {len(model.layers)}"
+        if len(model.layers) > 2:
+            return f"it bounds at most two layers (the first one local); the model has {len(model.layers)}"
+        if len(model.layers) == 2:
+            why = _not_certified(model)  # before any table is built
+            if why is None:
+                ev = Evaluator(model, problem.arith, tables=False)
+                why = _first_window(ev, _layer0_heads(ev, opts.deadline))[1] or None
+            if why is not None:
+                return "the first of its two layers is not local: " + why
         if model.readout.positions != "last":
-            return "it bounds a readout at the last position; the model reads every position"
-        if problem.task.cases is None:
+            if not all(layer.causal for layer in model.layers):
+                return "it bounds a readout at every position of a causal model only; this one is not causal"
+            if getattr(type(problem.task), "last_position_cases", None) is None:  # a wrapper's forward would not do
+                return f"task {problem.task.name} has no cases that fix the answer at the last position"
+            if next(iter(case_splits(problem.task))).count > FIRST_LENGTH_INPUTS:
+                return (f"its inputs of the first length number more than {FIRST_LENGTH_INPUTS} (they are "
+                        f"evaluated, every position, for the positions no last position covers)")
+        elif problem.task.cases is None:
             return f"task {problem.task.name} has no case splits"
         if not opts.whole(problem.task.total):
             return "--start/--stop select inputs by enumeration; the bounds engine decides whole cases"
@@ -294,7 +359,9 @@ class Bounds:
         try:
             require_memory(MEMORY, "the bounds engine's working set")
             run = _Run(problem, opts, stats)
-            for batch in _batches(case_splits(task)):
+            first = run.first_length() if problem.model.readout.positions != "last" else []
+            result.found = first[:opts.max_counterexamples]
+            for batch in _batches(_cases(problem) if not first else iter(())):
                 opts.deadline.check()
                 pending = batch
                 if run.decide(batch):
@@ -310,7 +377,8 @@ class Bounds:
             result.status = Status.INTERRUPTED
         case = None
         if pending is not None and run.cases is pending:  # the cases of the batch decided, and its failures
-            k = run.settled()
+            # cases fixing the last position's answer cover the inputs of their length together
+            k = run.settled() if problem.model.readout.positions == "last" else 0
             result.covered += sum(c.count for c in pending[:k])
             done += k
             ordered = sorted(run.found, key=lambda cf: (cf[0], cf[1].index))
@@ -324,6 +392,18 @@ class Bounds:
                         "certified_margin": stats.certified_margin,
                         "unfinished_case": case, "seconds": time.monotonic() - t0}
         return result
+
+
+def _cases(problem: Problem) -> Iterator[Case]:
+    """The task's case splits; for a readout at every position of a causal model, cases of the answer
+    at the last position of every length (`last_position_cases`).  The output at position i depends
+    on positions <= i only, so the answer at the last position of every length 1..N covers the
+    answer at every position of every input; the cases of one length partition its inputs.  The
+    positions before the first length's last one are read on the evaluator (`_Run.first_length`)."""
+    task: Task = problem.task
+    if problem.model.readout.positions == "last":
+        return case_splits(task)
+    return task.last_position_cases()  # type: ignore[attr-defined]
 
 
 def _batches(cases: Iterator[Case]) -> Iterator[list[Case]]:
@@ -350,7 +430,9 @@ class _Run:
         self.q = self.m.ev.q
         self.footprint = _Footprint.of(self.q)
         self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))
-        self.layer = self.q.layers[0]
+        self.layer = self.q.layers[-1]
+        self.window = self.m.window  # two layers: position j's classes read the tokens at j - width .. j
+        self.windowed = self.window is not None and self.window.width > 0
         self.track = problem.arith.overflow == "error"
         self._leaf_ev: Optional[Evaluator] = None
         self._rows: dict[int, tuple] = {}  # per linear map: its non-zero rows
@@ -365,24 +447,27 @@ class _Run:
         self.domains: list[np.ndarray] = []
         self._cache: dict = {}
         ids: dict[int, int] = {}
+        held: list = []
         prefixes, prefix_of, queries = [], [], []
-        prev = None
+        prev: Optional[list] = None
+        prev_oid: list = []
         for case in cases:
             prefix = getattr(case.domains, "prefix", None)  # a shared prefix (`Domains`) is one object
             if prefix is None:
                 prefix = case.domains[:-1]
-            if prev is None or (prefix is not prev and not _same_domains(prefix, prev)):
-                row = np.empty(L - 1, dtype=np.int64)
-                for i, d in enumerate(prefix):
-                    if len(d) == 1:
-                        row[i] = -1 - int(d[0])
-                    else:
-                        if id(d) not in ids:
-                            ids[id(d)] = len(self.domains)
+            if prefix is not prev:
+                oid = list(map(id, prefix))  # the positions' array objects: a case's positions share a few
+                if prev is None or not _same_domains(prefix, prev, oid, prev_oid):
+                    for o in set(oid) - ids.keys():  # each new object once: its code
+                        d = prefix[oid.index(o)]
+                        if len(d) == 1:
+                            ids[o] = -1 - int(d[0])
+                        else:
+                            ids[o] = len(self.domains)
                             self.domains.append(np.asarray(d, dtype=np.int64))
-                        row[i] = ids[id(d)]
-                prefixes.append(row)
-                prev = prefix
+                        held.append(d)  # alive for the batch, so that its id stays its own
+                    prefixes.append(np.fromiter(map(ids.__getitem__, oid), np.int64, L - 1))
+                prev, prev_oid = prefix, oid
             prefix_of.append(len(prefixes) - 1)
             queries.append(np.asarray(case.domains[-1], dtype=np.int64))  # the query position: one token a box
         self.prefixes = np.stack(prefixes)
@@ -399,7 +484,8 @@ class _Run:
         self.per_box = self.footprint.box(L, self._widest_classes(), int(self.lens.max()))
         self.per_input = self.footprint.input(L)
         stack = self.stack
-        stack.append(self._open(_Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)))
+        first = _Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)
+        stack.append(self._open(first if self.window is None else self._fix_query_window(first)))
         found = self.found
         want = self.opts.max_counterexamples
         while stack:  # depth first: the children of a round before the rest of its boxes
@@ -426,6 +512,17 @@ class _Run:
             self.current = None
         return found
 
+    def first_length(self) -> list[Found]:
+        """A readout at every position: the failures among the inputs of the first length, evaluated
+        at every position.  The last-position cases read the last position of every length >= 1;
+        this reads the positions before (the start token's, the same in every input of a causal
+        model whose first position holds one token)."""
+        case = next(iter(case_splits(self.task)))
+        grid = np.array(np.meshgrid(*case.domains, indexing="ij")).reshape(len(case.domains), -1).T
+        found: list = []
+        self._evaluate(grid, np.zeros(len(grid), dtype=np.int64), found, must_fail=False)
+        return [f for _, f in found]
+
     def settled(self) -> int:
         """How many of the batch's leading cases are decided: those before its first open box and
         its first failure."""
@@ -445,6 +542,8 @@ class _Run:
     def _widest_classes(self) -> int:
         """The most key or value classes the tokens of one of the batch's domains fall into at a position."""
         widest = 1
+        if self.windowed:
+            return int(min(max(h.k.classes for h in self.m.heads), self.lens.max() ** (self.window.width + 1)))
         for hi, h in enumerate(self.m.heads):
             for table, key in ((h.k, ("k", hi)), (h.v, ("v", hi))):
                 for d in self.domains:
@@ -511,9 +610,38 @@ class _Run:
                 sizes[rows] = np.prod(self.lens[np.where(dom >= 0, dom, -1)].astype(np.float64), axis=1)
         return sizes
 
+    def _query_code(self, boxes: _Boxes) -> np.ndarray:
+        """(B,) the class-table column of the query position: its token, or (two layers) its window's
+        code (the positions of the query's window hold one token: `_fix_query_window`)."""
+        if self.window is None:
+            return -1 - boxes.dom[:, -1]
+        return self.window.code(-1 - boxes.dom, self.L - 1)
+
+    def _fix_query_window(self, boxes: _Boxes) -> _Boxes:
+        """The boxes split into single tokens on the positions of the query's window, and on the
+        answer's position (a box that does not fix the answer is split there anyway: bounding it
+        first would only choose that split, and a window's split cannot be taken from its parent)."""
+        steps = [lambda b, p=p: np.full(len(b), p) for p in range(max(0, self.L - 1 - self.window.width), self.L - 1)]
+        if self.answer_pos is not None:
+            steps.append(lambda b: self.answer_pos[b.case])
+        for at in steps:
+            j = at(boxes)
+            rows = np.arange(len(boxes))
+            held = boxes.dom[rows, j]
+            free = (held >= 0) & (self.lens[np.maximum(held, 0)] > 1)
+            if not free.any():
+                continue
+            parent = np.repeat(rows[free], self.lens[held[free]])
+            kids = _children(boxes, parent, j, np.concatenate([self.domains[g] for g in held[free]]))
+            kids.depth[:] = 0
+            boxes = _Boxes.concat(boxes.take(np.flatnonzero(~free)), kids)
+            boxes = boxes.take(np.argsort(boxes.case, kind="stable"))
+        return boxes
+
     def _classes(self, table: ClassTable, dom: np.ndarray, key) -> np.ndarray:
         """(n, L-1, W) class ids of the tokens of positions 0..L-2 for domain rows (n, L-1), padded by
-        repetition.  Per domain and position, the distinct classes are found once per batch."""
+        repetition.  Per domain and position, the distinct classes are found once per batch.  Two
+        layers: the classes of the window codes of the product of the window's token sets."""
         L1 = dom.shape[1]
         if key not in self._cache:
             per = [self._domain_classes(table, d, key)[:L1] for d in self.domains]
@@ -529,6 +657,59 @@ class _Run:
             out[b, j] = stack[dom[b, j], j]
         return out
 
+    def _slots(self, dom: np.ndarray) -> np.ndarray:
+        """Two layers: (n, L-1) the slot of each position of domain rows (n, L-1).  A slot is a
+        (position j, window of token sets at j - width .. j); its codes are those of every token
+        combination of the window (a superset of the box's windows, exact when they hold single
+        tokens).  Slots are found in a dense index, made once per batch; a class table's classes
+        are then found once per slot (`_slot_sets`), and bounded once per set, not per position."""
+        n, L1 = dom.shape
+        w, V = self.window.width, self.window.V
+        base = V + len(self.domains)  # a position's code shifted to 0 .. base - 1: tokens, then domains
+        space = base ** (w + 1)
+        if "slots" not in self._cache:
+            if space * (self.L - 1) > WINDOW_INDEX:
+                raise TooLarge(f"{len(self.domains)} token sets make {space:,} windows of {w + 1} positions; the "
+                               f"bounds engine indexes at most {WINDOW_INDEX:,} (position, window) pairs")
+            # the index; each slot's position and window; each window's codes
+            self._cache["slots"] = (np.full((self.L - 1, space), -1, dtype=np.int64), [], [], [])
+        index, at, win, codes = self._cache["slots"]
+        pad = np.concatenate([np.full((n, w), -1, dtype=np.int64), dom], axis=1) + V  # before 0: token 0
+        wkey = sum(pad[:, w - k:w - k + L1] * base ** k for k in range(w + 1))
+        j = np.broadcast_to(np.arange(L1), (n, L1))
+        slot = index[j, wkey]
+        if (slot < 0).any():
+            new = np.unique(j[slot < 0] * space + wkey[slot < 0])
+            nj, nk = np.divmod(new, space)
+            for k in np.unique(nk):
+                c = np.zeros(1, dtype=np.int64)  # a position before 0 holds token 0: digit 0
+                for i in range(w + 1):
+                    g = k // base ** i % base - V
+                    toks = self.domains[g] if g >= 0 else np.array([-1 - g])
+                    c = (c[:, None] + toks[None, :] * V ** i).reshape(-1)
+                js = nj[nk == k]
+                index[js, k] = len(at) + np.arange(len(js))
+                at.extend(js.tolist())
+                win.extend([len(codes)] * len(js))
+                codes.append(c)
+            slot = index[j, wkey]
+        return slot
+
+    def _slot_sets(self, table: ClassTable, key) -> np.ndarray:
+        """(slots, W) the distinct classes of each slot's codes in a table, padded by repetition."""
+        _, at, win, codes = self._cache["slots"]
+        sets = self._cache.get(("sets", key), np.zeros((0, 1), dtype=np.int64))
+        if len(sets) < len(at):
+            size = np.array([len(c) for c in codes])  # each window's codes, padded by repeating its last
+            start = np.cumsum(size) - size  # (the same distinct classes)
+            padded = np.concatenate(codes)[start[:, None] + np.minimum(np.arange(size.max()), size[:, None] - 1)]
+            new = slice(len(sets), len(at))
+            fresh = _distinct_rows(table.rid[np.array(at[new])[:, None], padded[np.array(win[new])]])
+            W = max(fresh.shape[1], sets.shape[1])
+            pad = lambda r: np.pad(r, ((0, 0), (0, W - r.shape[1])), mode="edge")
+            sets = self._cache["sets", key] = np.concatenate([pad(sets), pad(fresh)])
+        return sets
+
     def _domain_classes(self, table: ClassTable, d: np.ndarray, key) -> np.ndarray:
         """(L_max, W) the distinct classes of a domain's tokens at every position, once per run
         (index lookup's symbol domain is one array for all its cases)."""
@@ -537,12 +718,17 @@ class _Run:
             hit = self._by_domain[key, id(d)] = (d, _distinct_rows(table.rid[:, d]))
         return hit[1]
 
-    def _layer0_ovf(self, boxes: _Boxes, qtok: np.ndarray) -> np.ndarray:
-        """(B,) bool: some pair of the box saturates in layer 0 (overflow = error only)."""
+    def _layer0_ovf(self, boxes: _Boxes, qtok: np.ndarray, slot: Optional[np.ndarray]) -> np.ndarray:
+        """(B,) bool: some pair of the box saturates in layer 0 (overflow = error only); two layers:
+        some window of the box saturates in the first layer or the last layer's keys or values."""
         ovf = np.zeros(len(boxes), dtype=bool)
         if self.m.pair_ovf is None:
             return ovf
         pair = self.m.pair_ovf[:self.L]
+        if slot is not None:  # flags as a class table over window codes
+            flags = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
+            ovf = (self._slot_sets(flags, "ovf") == 1).any(axis=1)[slot].any(axis=1)
+            return ovf | pair[-1, qtok] | np.any([h.q.ovf[h.q.rid[self.L - 1, qtok]] for h in self.m.heads], axis=0)
         for rows, p in self._groups(boxes):
             dom = self._positions(boxes, rows, p)
             per = ("ovf", p)
@@ -565,15 +751,22 @@ class _Run:
         """Per head: logit bounds per position, the weight and term bounds of the positions whose
         weight may be positive, and the bounds of the heads' sums."""
         fx, L, B = self.fx, self.L, len(boxes)
-        qtok = -1 - boxes.dom[:, -1]
-        ovf = self._layer0_ovf(boxes, qtok)
+        qtok = self._query_code(boxes)
         groups = self._groups(boxes)
+        slot = None
+        if self.windowed:  # every box's slots (positions 0..L-2), found once for every table
+            slot = np.empty((B, L - 1), dtype=np.int64)
+            for rows, p in groups:
+                slot[rows] = self._slots(self._positions(boxes, rows, p))
+        ovf = self._layer0_ovf(boxes, qtok, slot)
         heads = []
         for hi, h in enumerate(self.m.heads):
             qrow = h.q.rid[L - 1, qtok]
             slo, shi = np.empty((B, L), np.int64), np.empty((B, L), np.int64)
             exact = True
-            for rows, p in groups:
+            if slot is not None:
+                exact = self._window_logits(h, qrow, slot, ("k", hi), slo, shi, ovf)
+            for rows, p in groups if slot is None else ():
                 kid = self._classes(h.k, self._positions(boxes, rows, p), ("k", hi))
                 n, W = len(rows), kid.shape[2]
                 if p >= 0:  # one row of key classes for all: gather whole rows of the logit table
@@ -596,7 +789,10 @@ class _Run:
             else:
                 b, j = np.nonzero(shi > 0)
                 alo, ahi = np.maximum(slo[b, j], 0), shi[b, j]
-            vlo, vhi = self._value_bounds(h, boxes, b, j, ("v", hi))
+            if slot is None:
+                vlo, vhi = self._value_bounds(h, boxes, b, j, ("v", hi))
+            else:
+                vlo, vhi = self._window_values(h, boxes, b, j, slot, ("v", hi))
             term_ovf = np.zeros(len(b), dtype=bool)
             tlo, thi = _term_bounds(fx, alo[:, None], ahi[:, None], vlo, vhi, term_ovf)
             ovf[b[term_ovf]] = True
@@ -607,13 +803,40 @@ class _Run:
             heads.append(_HeadBounds(slo, shi, b, j, alo, ahi, tlo, thi, raw_lo, raw_hi))
         return _Attention(heads, ovf)
 
+    def _window_logits(self, h: _Head, qrow: np.ndarray, slot: np.ndarray, key, slo: np.ndarray, shi: np.ndarray,
+                       ovf: np.ndarray) -> bool:
+        """Two layers: the logit bounds of positions 0..L-2 into slo, shi (and their possible
+        saturation into ovf), each (query class, class set) bounded once.  Exact: every set is one
+        class."""
+        sets = self._slot_sets(h.k, key)
+        uq, qi = np.unique(qrow, return_inverse=True)
+        qi = qi.reshape(-1, 1)
+        s = h.logits[uq[:, None, None], sets[None, :, :]]  # (query classes, sets, W)
+        slo[:, :-1] = s.min(axis=2)[qi, slot]
+        shi[:, :-1] = s.max(axis=2)[qi, slot]
+        if self.m.pair_ovf is not None:
+            ovf |= h.logit_ovf[uq[:, None, None], sets[None, :, :]].any(axis=2)[qi, slot].any(axis=1)
+        return sets.shape[1] == 1
+
+    def _window_values(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray, slot: np.ndarray,
+                       key) -> tuple[np.ndarray, np.ndarray]:
+        """Two layers: `_value_bounds` from the slots, each class set bounded once."""
+        vals = h.v.values[self._slot_sets(h.v, key)]  # (sets, W, mv)
+        vmin, vmax = vals.min(axis=1), vals.max(axis=1)
+        query = j == self.L - 1
+        at = slot[b, np.minimum(j, self.L - 2)]
+        vlo, vhi = vmin[at], vmax[at]
+        qv = h.v.values[h.v.rid[self.L - 1, self._query_code(boxes)[b[query]]]]
+        vlo[query], vhi[query] = qv, qv
+        return vlo, vhi
+
     def _value_bounds(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray,
                       key) -> tuple[np.ndarray, np.ndarray]:
         """(K, mv) bounds of the value vectors at the entries (box b, position j)."""
         mv = h.v.values.shape[1]
         vlo, vhi = np.empty((len(b), mv), np.int64), np.empty((len(b), mv), np.int64)
         query = j == self.L - 1
-        qv = h.v.values[h.v.rid[self.L - 1, -1 - boxes.dom[b[query], -1]]]
+        qv = h.v.values[h.v.rid[self.L - 1, self._query_code(boxes)[b[query]]]]
         vlo[query], vhi[query] = qv, qv
         rest = np.flatnonzero(~query)
         for rows, p in self._groups(boxes):
@@ -640,7 +863,7 @@ class _Run:
     def _judge(self, boxes: _Boxes, hlo: np.ndarray, hhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray,
                found: list) -> np.ndarray:
         """Per box: 1 correct on all of it, -1 (a failure found) or 0 (open)."""
-        status, margin = self._readout(hlo, hhi, -1 - boxes.dom[:, -1], ovf, truth)
+        status, margin = self._readout(hlo, hhi, self._query_code(boxes), ovf, truth)
         self.stats.margin(margin[status == 1])
         bad = np.flatnonzero(status == -1)
         if len(bad):
@@ -704,7 +927,10 @@ class _Run:
         return ylo[inv], yhi[inv], ctx.ovf[inv]
 
     def _query_embedding(self) -> np.ndarray:
-        """(V, d) the embedding of every token at the query position L-1 (its saturation is in pair_ovf)."""
+        """(V, d) the embedding of every token at the query position L-1 (its saturation is in pair_ovf);
+        two layers: the first layer's output for every window code there."""
+        if self.m.states is not None:
+            return self.m.states[self.L - 1]
         if "x0" not in self._cache:
             q, fx = self.q, self.fx
             add = np.where(q.P_mask[:, None], q.P[self.L - 1][None, :], 0)
@@ -823,7 +1049,8 @@ class _Run:
         doms = boxes.dom[rows, j]
         parent = np.repeat(rows, self.lens[doms])
         tokens = np.concatenate([self.domains[g] for g in doms])
-        same = np.ones(len(boxes), dtype=bool)
+        # a token at j changes the classes of j .. j + width: only a one-position window keeps the others
+        same = np.full(len(boxes), not self.windowed)
         for h in att.heads:
             if not h.exact:
                 same &= h.slo[rows, j] == h.shi[rows, j]
@@ -863,7 +1090,7 @@ class _Run:
             raw_lo.append(h.raw_lo[par] - old_lo[par] + new_lo)
             raw_hi.append(h.raw_hi[par] - old_hi[par] + new_hi)
         lo, hi, head_ovf = self._head_outputs(raw_lo, raw_hi)
-        status, margin = self._readout(lo, hi, -1 - boxes.dom[par, -1], ovf | head_ovf, truth[pick])
+        status, margin = self._readout(lo, hi, self._query_code(boxes)[par], ovf | head_ovf, truth[pick])
         self.stats.margin(margin[status == 1])
         status = status[inv]
         bad = np.flatnonzero(status == -1)
@@ -1019,16 +1246,14 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inv.reshape(-1)
 
 
-def _same_domains(a: list, b: list) -> bool:
-    """Do two lists hold the same domains, position by position?  List equality compares by
-    identity first, which is what consecutive cases share; arrays that are not the same object are
-    compared by content (list equality then raises for a multi-token array)."""
+def _same_domains(a: list, b: list, ida: list, idb: list) -> bool:
+    """Do two lists hold the same domains, position by position?  Consecutive cases share array
+    objects (`ida`, `idb`: their ids); only the positions whose objects differ are compared by content."""
     if len(a) != len(b):
         return False
-    try:
-        return a == b
-    except ValueError:
-        return all(np.array_equal(x, y) for x, y in zip(a, b))
+    if ida == idb:
+        return True
+    return all(i == j or (len(x) == len(y) and np.array_equal(x, y)) for x, y, i, j in zip(a, b, ida, idb))
 
 
 def _distinct_rows(ids: np.ndarray) -> np.ndarray:

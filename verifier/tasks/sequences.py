@@ -19,7 +19,7 @@ import itertools
 import math
 import operator
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from ..support.errors import InputError
 from ..support.sizes import Cost
-from .base import TaskOption
+from .base import Case, TaskOption, token_answers
 from .product import ProductTask
 
 BOS = "<s>"
@@ -149,6 +149,29 @@ class InductionHeads(_Strings):
 
     def answer_name(self, answer: int) -> str:
         return self.vocab[answer] if 0 <= answer < self.sigma else "BOT" if answer == self.bot else f"<{answer}>"
+
+    def last_position_cases(self) -> Iterator[Case]:
+        """The answer at the last position only, as cases that fix it (`Case.answer_at`): for each
+        length n, query token a = s_n and position k of its latest earlier occurrence, the box
+        ``<s>, any ... any (positions 1..k-1), a, not a ... not a (k+1..n-1), a`` whose answer is
+        the token at k + 1; and k = none (answer BOT).  Per length they partition the strings, so
+        with a causal model, whose output at position i depends on positions <= i only, they
+        cover the answer at every position of every input (`Bounds`: every-position readouts)."""
+        sigma = self.sigma
+        start, free = np.array([self.bos]), np.arange(sigma)
+        other = [np.setdiff1d(free, [a]) for a in range(sigma)]
+        symbols = token_answers(len(self.vocab), 0, sigma)
+        for n in range(1, self.N + 1):
+            for a in range(sigma):
+                one = np.array([a])
+                bot = np.full(len(self.vocab), -1)
+                bot[a] = self.bot
+                yield Case(f"n={n} s_n={self.vocab[a]} none", [start] + [other[a]] * (n - 1) + [one],
+                           lambda S: None, self._offsets[n - 1], (sigma - 1) ** (n - 1), None, (n, bot))
+                for k in range(n - 1, 0, -1):
+                    doms = [start] + [free] * (k - 1) + [one] + [other[a]] * (n - 1 - k) + [one]
+                    yield Case(f"n={n} s_n={self.vocab[a]} k={k}", doms, lambda S: None, self._offsets[n - 1],
+                               sigma ** (k - 1) * (sigma - 1) ** (n - 1 - k), None, (k + 1, symbols))
 
 
 # The Dyck-(2,2) automaton: states are the stacks of depth <= 2, then the reject sink.

@@ -1,0 +1,92 @@
+"""The bounds engine through two layers, from one run.  Run by hand:  python benchmarks/bench_two_layer.py [--budget 60]
+
+For each two-layer construction (induction heads, sigma = 3, designed, FX(24, 4): p fixed for every N,
+since the previous-token head's quadratic score needs 4 (N - 1)^2 below 2^19 at N = 256; MQAR and
+nearest neighbour at their specs' p = 12), N doubling from 4:
+
+* the bounds engine's seconds (engine seconds: the problem's construction, the replay and the sample
+  check are left out), or why it refuses the problem;
+* today's best engine (enumeration, or the SMT engine where it is faster) up to the largest N it
+  decides within the budget, and the ratio of the two where both decide;
+* the largest N proved within the budget, and the growth exponent log(t2 / t1) / log 2 over the last
+  doubling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import verifier
+from verifier.engines import ENGINES, RunOptions
+from verifier.support.budget import Deadline
+from verifier.verdicts import Status
+
+CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3)), ("mqar", dict(p=12)),
+                 ("nearest_neighbour", dict(p=12))]
+
+
+def engine_run(name: str, problem, budget: float) -> tuple[str, float]:
+    """(proved / refuted / unknown / refused: why, engine seconds) of one engine on a problem."""
+    engine = ENGINES[name]
+    opts = RunOptions(deadline=Deadline(budget), workers=1)
+    why = engine.unsupported(problem, opts)
+    if why is not None:
+        return f"refused: {why}", 0.0
+    t0 = time.monotonic()
+    try:
+        got = engine.run(problem, opts)
+    except verifier.InputError as exc:
+        return f"refused: {exc}", 0.0
+    seconds = time.monotonic() - t0
+    if got.found:
+        return "refuted", seconds
+    return ("proved" if got.status == Status.COMPLETE and got.covered == problem.task.total else "unknown"), seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--largest", type=int, default=256)
+    args = ap.parse_args()
+    for task, kw in CONSTRUCTIONS:
+        print(f"{task} ({', '.join(f'{k}={v}' for k, v in kw.items())}), engine seconds, budget {args.budget:.0f} s")
+        proved: list[tuple[int, float]] = []
+        baseline_on = True
+        N = 4
+        while N <= args.largest:
+            problem = verifier.build_problem(task, N=N, **kw)
+            if proved and proved[-1][0] != N // 2:  # the bounds engine stopped proving: only today's go on
+                vb, tb = "not run", 0.0
+            else:
+                vb, tb = engine_run("bounds", problem, args.budget)
+            line = f"  N={N:<4} bounds {vb if vb.startswith('refused') else f'{vb:<8} {tb:7.2f} s'}"
+            if baseline_on:
+                runs = [(name,) + engine_run(name, problem, args.budget) for name in ("exhaustive", "smt")]
+                decided = [r for r in runs if r[1] in ("proved", "refuted")]
+                if decided:
+                    name, vs, ts = min(decided, key=lambda r: r[2])
+                    line += f"   best of today's: {name} {vs:<8} {ts:7.2f} s"
+                    if vb in ("proved", "refuted"):
+                        line += f"   ratio {ts / tb:8.1f}"
+                else:
+                    line += "   today's engines: " + ", ".join(f"{n} {v.split(':')[0]}" for n, v, _ in runs)
+                    baseline_on = False  # past the budget; larger N takes longer
+            print(line, flush=True)
+            if vb == "proved":
+                proved.append((N, tb))
+            if (vb != "proved" or tb > args.budget) and not baseline_on:
+                break
+            N *= 2
+        if proved:
+            big = max(n for n, t in proved if t <= args.budget)
+            growth = ""
+            if len(proved) >= 2:
+                (n1, t1), (n2, t2) = proved[-2:]
+                growth = f"; growth over N={n1}..{n2}: log2(t2/t1) = {math.log2(t2 / t1):.2f}"
+            print(f"  largest N proved by bounds within {args.budget:.0f} s: {big}{growth}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""The bounds engine through two layers (verifier/locality.py, verifier/engines/bounds.py).
+
+Every test compares with the evaluator: the first layer's window table with its output on random
+full inputs (positions outside the window hold random tokens), the last layer's class tables with
+the generic path's keys, values and queries, and the engine's verdicts with enumeration, on random
+two-layer models whose first layer is sometimes local and sometimes not."""
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from helpers import RandomLookupTask, two_layer
+
+import verifier
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from verifier.engines import Problem, RunOptions
+from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
+from verifier.engines.exhaustive import Exhaustive
+from verifier.evaluator import Evaluator, trace
+from verifier.locality import window_states, zero_exp_bound
+from verifier.support.budget import Deadline
+from verifier.tasks import make_task
+
+
+def random_format(rng: np.random.Generator, seed: int) -> FixedPoint:
+    p = int(rng.integers(5, 11))
+    return FixedPoint(p, int(rng.integers(1, p - 1)), ROUNDINGS[seed % 3], "error" if seed % 4 == 0 else "saturate",
+                      ACCUMULATES[seed % 2])
+
+
+def local_model(seed: int, V: int = 3, L: int = 8):
+    """(evaluator, window) of a random two-layer model whose first layer is local with a window
+    narrower than the input, trying seeds from `seed` on."""
+    for s in range(seed * 50, seed * 50 + 50):
+        rng = np.random.default_rng(s)
+        model = two_layer(rng, V, L, 2, sharp=float(rng.choice([2.0, 4.0, 8.0])))
+        ev = Evaluator(model, random_format(rng, s), tables=False)
+        window, _ = _first_window(ev, _layer0_heads(ev))
+        if window is not None and window.width < L - 2:
+            return ev, window, rng
+    pytest.skip("no local model among these seeds")
+
+
+def test_the_zero_bound_is_the_last_zero_of_the_exp_table():
+    fx = FixedPoint(16, 4)
+    T = zero_exp_bound(fx)
+    dmin, table = fx.exp_table()
+    assert table[T - dmin] == 0 and table[T + 1 - dmin] > 0
+    assert np.exp(float(T) / 16) < 1 / 16 <= np.exp(float(T + 1) / 16)  # floor: code 0 below one step
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_window_table_is_the_first_layer_on_every_input(seed):
+    """The first layer's output and flags at every position of random inputs of every length are
+    the window table's at that position's window: the tokens outside it change nothing."""
+    ev, window, rng = local_model(seed)
+    states, flags = window_states(ev, window)
+    L, V = ev.q.max_len, len(ev.q.vocab)
+    for n in range(1, L + 1):
+        tokens = rng.integers(0, V, size=(64, n))
+        X, kovf, qovf = ev.first_layer(tokens)
+        for i in range(n):
+            code = window.code(tokens, i)
+            assert (X[:, i] == states[i, code]).all(), (n, i)
+            assert ((kovf[:, i] | qovf[:, i]) == flags[i, code]).all(), (n, i)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_last_layer_tables_are_the_evaluators(seed):
+    """Queries, keys and values of the second layer from the window tables are the generic path's."""
+    ev, window, rng = local_model(seed)
+    m = _Model.build(ev)
+    L, V = ev.q.max_len, len(ev.q.vocab)
+    for _ in range(10):
+        tokens = rng.integers(0, V, size=L)
+        _, values = trace(ev, tokens)
+        for hi, h in enumerate(m.heads):
+            codes = np.array([window.code(tokens[None, :], i)[0] for i in range(L)])
+            rows = np.arange(L)
+            assert (h.k.values[h.k.rid[rows, codes]] == values[f"L1.H{hi}.k"]).all()
+            assert (h.v.values[h.v.rid[rows, codes]] == values[f"L1.H{hi}.v"]).all()
+            assert (h.q.values[h.q.rid[L - 1, codes[-1]]] == values[f"L1.H{hi}.q"][-1]).all()
+
+
+def test_a_first_layer_that_is_not_local_is_refused_and_auto_falls_back():
+    """Every key keeps a positive weight in FX(8, 6) with small logits: no window; auto runs another engine."""
+    rng = np.random.default_rng(3)
+    task = make_task("induction_heads", 6, sigma=3)
+    model = two_layer(rng, task.vocab, task.max_len, task.num_classes)
+    for layer in model.layers:
+        layer.causal = True
+    model.readout.positions = "all"
+    problem = Problem(task, model, FixedPoint(8, 6))
+    why = Bounds().unsupported(problem, RunOptions())
+    assert why is not None and "not local" in why
+    assert verifier.run(problem, "auto").engine != "bounds"
+
+
+def _agree(problem: Problem) -> bool:
+    """The bounds engine finds a failure exactly when enumeration does, and only failing inputs;
+    False when it refuses the problem."""
+    task = problem.task
+    if Bounds().unsupported(problem, RunOptions()) is not None:
+        return False
+    enum = Exhaustive().run(problem, RunOptions(max_counterexamples=task.total, workers=1))
+    failing = {tuple(int(t) for t in f.tokens) for f in enum.found}
+    got = Bounds().run(problem, RunOptions(deadline=Deadline(60)))
+    assert got.status == "complete"
+    reported = {tuple(int(t) for t in f.tokens) for f in got.found}
+    assert reported <= failing
+    assert bool(reported) == bool(failing), (len(failing), got.found)
+    assert failing or got.covered == task.total
+    return True
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_two_layer_bounds_agree_with_enumeration(seed):
+    """Random two-layer models (lookup tasks read at the last position, induction heads at every
+    position), local or not, at random formats and rules: the engine agrees with enumeration or
+    refuses."""
+    rng = np.random.default_rng(100 + seed)
+    fx = random_format(rng, seed)
+    sharp = float(rng.choice([0.0, 1.0, 4.0, 16.0]))
+    if seed % 2:
+        task = make_task("induction_heads", int(rng.integers(2, 5)), sigma=int(rng.integers(2, 4)))
+        model = two_layer(rng, task.vocab, task.max_len, task.num_classes, sharp=sharp)
+        for layer in model.layers:
+            layer.causal = True
+        model.readout.positions = "all"
+    else:
+        task = RandomLookupTask(3, int(rng.integers(3, 6)), 2, seed=seed)
+        model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout, sharp=sharp)
+        if seed % 4 == 2:  # a constant answer it can get right
+            model.readout.W_U[:] = 0
+            model.readout.b_U[:] = [5.0, -5.0]
+            task.F[:] = 0
+    _agree(Problem(task, model, fx))
+
+
+def test_the_designed_induction_heads_is_decided_through_two_layers():
+    """The designed construction: its first layer reads one position back (window width 1), it is
+    proved by the bounds engine at N = 8 with the enumeration's verdict, and refuted with beta small."""
+    problem = verifier.build_problem("induction_heads", N=8, p=16, f=4, sigma=3)
+    m = _Model.build(Evaluator(problem.model, problem.arith, tables=False))
+    assert m.window.width == 1
+    assert _agree(problem)
+    bad = verifier.build_problem("induction_heads", N=6, p=16, f=4, sigma=3, eta=0.5)
+    assert _agree(bad)
+    result = verifier.run(bad, "bounds")
+    assert result.verdict == "refuted"
+
+
+def _problems(count: int):
+    """Two-layer problems whose boxes hold more than the engine's leaf size (so their windows are
+    bounded over token sets): lookup tasks of length 8 (sharp first layers), induction heads at N = 8."""
+    for seed in range(count):
+        rng = np.random.default_rng(300 + seed)
+        fx = random_format(rng, seed)
+        if seed % 3 == 0:
+            yield verifier.build_problem("induction_heads", N=8, p=16, f=4, sigma=3,
+                                         overflow="error" if seed % 2 else "saturate")
+            continue
+        task = RandomLookupTask(3, 8, 2, seed=seed)
+        model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout,
+                          sharp=float(rng.choice([8.0, 16.0])))
+        yield Problem(task, model, replace(fx, p=fx.p + 6, f=fx.f + 3))
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_box_bounds_contain_every_member(seed, monkeypatch):
+    """In every round of a run, for random members of every box: the last layer's logits, the heads'
+    outputs and the readout's scores lie within the box's bounds, and a member whose evaluation
+    saturates (overflow = error) is in a box that says a saturation is possible."""
+    from verifier.engines import bounds
+
+    problem = list(_problems(seed + 1))[seed]
+    why = Bounds().unsupported(problem, RunOptions())
+    if why is not None:
+        pytest.skip(why)
+    ev = Evaluator(problem.model, problem.arith, tables=False)
+    rng = np.random.default_rng(seed)
+    original = bounds._Run._attention
+    checked = []
+
+    def attention(self, boxes):
+        att = original(self, boxes)
+        lo, hi, head_ovf = self._head_outputs([h.raw_lo for h in att.heads], [h.raw_hi for h in att.heads])
+        qcode = self._query_code(boxes)
+        ylo, yhi, post_ovf = self._post(lo, hi, qcode)
+        possible = att.ovf | head_ovf | post_ovf
+        sets = np.flatnonzero((boxes.dom >= 0).any(axis=1))  # boxes with token sets first, then any
+        for b in np.concatenate([rng.permutation(sets)[:4], rng.choice(len(boxes), size=min(len(boxes), 2))]):
+            dom = boxes.dom[b]
+            tokens = np.array([rng.choice(self.domains[g]) if g >= 0 else -1 - g for g in dom])
+            out, values = trace(ev, tokens)
+            for hi_, h in enumerate(att.heads):
+                s = values[f"L1.H{hi_}.logits"][-1]
+                assert (h.slo[b] <= s).all() and (s <= h.shi[b]).all()
+                o = values[f"L1.H{hi_}.out"][-1]
+                assert (lo[b, hi_] <= o).all() and (o <= hi[b, hi_]).all()
+            y = out.scores[0, -1] if out.scores.ndim == 3 else out.scores[0]
+            assert (ylo[b] <= y).all() and (y <= yhi[b]).all()
+            if problem.arith.overflow == "error" and (out.ovf_at[0, -1] if out.ovf_at is not None else out.ovf[0]):
+                assert possible[b]
+            checked.append(len(set(np.flatnonzero(dom >= 0).tolist())))
+        return att
+
+    monkeypatch.setattr(bounds._Run, "_attention", attention)
+    monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
+    Bounds().run(problem, RunOptions(deadline=Deadline(120)))
+    assert checked and max(checked) > 0  # some box held token sets, not single tokens only
+
+
+def test_a_saturation_in_the_first_layer_fails_under_overflow_error():
+    """Induction heads at FX(12, 4), N = 5: proved when saturating, but its first layer's logits leave
+    the range at the last position (a product in the quadratic score), which under overflow = error
+    fails the inputs of that length; the engine must see it through the window table's flags."""
+    saturating = verifier.build_problem("induction_heads", N=5, p=12, f=4, sigma=3)
+    assert verifier.run(saturating, "bounds").verdict == "proved"
+    problem = verifier.build_problem("induction_heads", N=5, p=12, f=4, sigma=3, overflow="error")
+    assert _agree(problem)
+    result = verifier.run(problem, "bounds")
+    assert result.verdict == "refuted" and result.counterexamples[0].reason == "overflow"
+
+
+def test_a_last_layer_map_of_zeros_is_one_class():
+    """A second layer whose query map is all zeros (its logits one value, its weights uniform): one
+    class of the window table, and the engine agrees with enumeration."""
+    problem = verifier.build_problem("induction_heads", N=4, p=16, f=4, sigma=3)
+    problem.model.layers[1].heads[0].W_Q[:] = 0
+    assert _agree(problem)
+
+
+@pytest.mark.parametrize("sigma", [2, 3])
+def test_last_position_cases_partition_each_length_and_fix_its_answer(sigma):
+    """Induction heads' cases of the last position: per length they partition the strings (each
+    once), and on every member the answer at the last position is the case's `answer_at`."""
+    task = make_task("induction_heads", 5, sigma=sigma)
+    cases = list(task.last_position_cases())
+    for n in range(1, 6):
+        members = []
+        for case in (c for c in cases if c.length == n + 1):
+            tokens = np.array(list(itertools.product(*case.domains)))
+            answers, valid = task.evaluate(tokens)
+            j, table = case.answer_at
+            assert valid.all() and (answers[:, -1] == table[tokens[:, j]]).all(), case.name
+            assert len(tokens) == case.count
+            members += [tuple(t) for t in tokens]
+        assert len(members) == len(set(members)) == sigma ** n
