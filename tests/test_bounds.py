@@ -148,7 +148,8 @@ def test_proofs_certify_a_margin_and_count_their_boxes():
 
 
 def test_unsupported_problems_are_refused_with_the_reason():
-    with pytest.raises(verifier.InputError, match="first of its two layers is not local: its first layer is not causal softmax"):
+    with pytest.raises(verifier.InputError,
+                       match="first of its two layers is not local: its first layer is not causal softmax"):
         verifier.prove("equality", N=4, p=8, engine="bounds")
     with pytest.raises(verifier.InputError, match="at most two layers"):
         verifier.prove("dyck22", N=4, p=16, engine="bounds")
