@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -109,6 +109,7 @@ class _Model:
         """Layer 0's class tables; for two layers, the first layer's window and output table, and
         the last layer's class tables over (position, window code) (`verifier.locality`)."""
         q, fx = ev.q, ev.arith
+        assert isinstance(fx, Fixed)  # `unsupported` refuses the other formats
         heads = _layer0_heads(ev, deadline)
         window = states = None
         if len(q.layers) > 1:
@@ -136,6 +137,7 @@ class _Model:
 def _layer0_heads(ev: Evaluator, deadline: Optional[Deadline] = None) -> list[_Head]:
     """Layer 0's heads as class tables over (position, token), with their logit tables."""
     q, fx = ev.q, ev.arith
+    assert isinstance(fx, Fixed)
     heads = []
     for h in q.layers[0].heads:
         tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline) for W, b in h.MAPS)
@@ -156,6 +158,7 @@ def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], 
     why = _not_certified(ev.q)
     if why is not None:
         return None, why
+    assert isinstance(ev.arith, Fixed)
     return first_layer_window(ev.arith, [h.q for h in heads], [h.k for h in heads], [h.logits for h in heads],
                               [h.logit_ovf for h in heads], ev.q.max_len)
 
@@ -447,9 +450,9 @@ class _Run:
         self.domains: list[np.ndarray] = []
         self._cache: dict = {}
         ids: dict[int, int] = {}
-        held: list = []
+        alive: list = []
         prefixes, prefix_of, queries = [], [], []
-        prev: Optional[list] = None
+        prev: Optional[Sequence] = None
         prev_oid: list = []
         for case in cases:
             prefix = getattr(case.domains, "prefix", None)  # a shared prefix (`Domains`) is one object
@@ -465,7 +468,7 @@ class _Run:
                         else:
                             ids[o] = len(self.domains)
                             self.domains.append(np.asarray(d, dtype=np.int64))
-                        held.append(d)  # alive for the batch, so that its id stays its own
+                        alive.append(d)  # alive for the batch, so that its id stays its own
                     prefixes.append(np.fromiter(map(ids.__getitem__, oid), np.int64, L - 1))
                 prev, prev_oid = prefix, oid
             prefix_of.append(len(prefixes) - 1)
@@ -543,6 +546,7 @@ class _Run:
         """The most key or value classes the tokens of one of the batch's domains fall into at a position."""
         widest = 1
         if self.windowed:
+            assert self.window is not None
             return int(min(max(h.k.classes for h in self.m.heads), self.lens.max() ** (self.window.width + 1)))
         for hi, h in enumerate(self.m.heads):
             for table, key in ((h.k, ("k", hi)), (h.v, ("v", hi))):
@@ -621,7 +625,10 @@ class _Run:
         """The boxes split into single tokens on the positions of the query's window, and on the
         answer's position (a box that does not fix the answer is split there anyway: bounding it
         first would only choose that split, and a window's split cannot be taken from its parent)."""
-        steps = [lambda b, p=p: np.full(len(b), p) for p in range(max(0, self.L - 1 - self.window.width), self.L - 1)]
+        assert self.window is not None
+        def at(p: int) -> Callable[[_Boxes], np.ndarray]:
+            return lambda b: np.full(len(b), p)
+        steps = [at(p) for p in range(max(0, self.L - 1 - self.window.width), self.L - 1)]
         if self.answer_pos is not None:
             steps.append(lambda b: self.answer_pos[b.case])
         for at in steps:
@@ -664,6 +671,7 @@ class _Run:
         tokens).  Slots are found in a dense index, made once per batch; a class table's classes
         are then found once per slot (`_slot_sets`), and bounded once per set, not per position."""
         n, L1 = dom.shape
+        assert self.window is not None
         w, V = self.window.width, self.window.V
         base = V + len(self.domains)  # a position's code shifted to 0 .. base - 1: tokens, then domains
         space = base ** (w + 1)
@@ -726,8 +734,8 @@ class _Run:
             return ovf
         pair = self.m.pair_ovf[:self.L]
         if slot is not None:  # flags as a class table over window codes
-            flags = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
-            ovf = (self._slot_sets(flags, "ovf") == 1).any(axis=1)[slot].any(axis=1)
+            table = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
+            ovf = (self._slot_sets(table, "ovf") == 1).any(axis=1)[slot].any(axis=1)
             return ovf | pair[-1, qtok] | np.any([h.q.ovf[h.q.rid[self.L - 1, qtok]] for h in self.m.heads], axis=0)
         for rows, p in self._groups(boxes):
             dom = self._positions(boxes, rows, p)
@@ -1246,7 +1254,7 @@ def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inv.reshape(-1)
 
 
-def _same_domains(a: list, b: list, ida: list, idb: list) -> bool:
+def _same_domains(a: Sequence, b: Sequence, ida: list, idb: list) -> bool:
     """Do two lists hold the same domains, position by position?  Consecutive cases share array
     objects (`ida`, `idb`: their ids); only the positions whose objects differ are compared by content."""
     if len(a) != len(b):
