@@ -48,7 +48,10 @@ class Spec:
 
 WIDTH_P = 16  # the p of the width sweeps: the default width proves there at the N reached
 SPECS = [
-    Spec("frontier-induction-heads", "induction heads, sigma = 3", "induction_heads", 2, 8, 180, {"sigma": 3}),
+    # f fixed: the first layer is exactly local (the bounds engine's two-layer case) only while exp floors
+    # a far key to 0, and the range the quadratic score needs is what grows with N
+    Spec("frontier-induction-heads", "induction heads, sigma = 3, f = 4", "induction_heads", 2, 8, 180,
+         {"sigma": 3, "f": 4}),
     Spec("frontier-mqar", "MQAR", "mqar", 2, 8, 150),
     Spec("frontier-nearest-neighbour", "nearest neighbour", "nearest_neighbour", 2, 8, 150),
     Spec("frontier-equality", "equality", "equality", 2, 6, 120),

@@ -89,7 +89,18 @@ def sweep_table(path: str) -> str:
     return Frontier.from_json(data).to_markdown() + note + "\n"
 
 
-RENDERERS = {"sweep": sweep_table}
+def frontier_summary(names: str) -> str:
+    """One compact table of saved frontiers (`tools.frontiers.summary`), named comma-separated."""
+    from tools.frontiers import SPECS, summary
+
+    specs = {s.name: s for s in SPECS}
+    unknown = [n for n in names.split(",") if n not in specs]
+    if unknown:
+        raise ValueError(f"no frontier named {', '.join(unknown)} in tools.frontiers.SPECS")
+    return summary([specs[n] for n in names.split(",")]) + "\n"
+
+
+RENDERERS = {"sweep": sweep_table, "frontiers": frontier_summary}
 
 
 def render_regions(text: str) -> str:
