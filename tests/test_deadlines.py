@@ -170,6 +170,18 @@ def test_an_enforced_deadline_stops_a_python_loop_and_a_z3_solve():
         assert time.monotonic() - t0 < 0.3 + budget.GRACE + 3  # not the 30 s the work would take
 
 
+def test_a_deadline_that_fired_leaves_z3_usable():
+    """The deadline interrupts z3's context, and z3 keeps an interrupt for good: before the fix every
+    simplification after a timed-out run in the same process (a library user's next call, a check's
+    next spec, the battery after a bounds timeout) came back unsimplified, so a formula's value at
+    an input was no value."""
+    with pytest.raises(TimedOut):
+        with Deadline(0.05).enforced():
+            _busy(time.monotonic())
+    x = z3.BitVec("x", 8)
+    assert z3.is_bv_value(z3.simplify(z3.substitute(3 * x + 1, (x, z3.BitVecVal(5, 8)))))
+
+
 def _busy(t0: float) -> None:
     while time.monotonic() - t0 < 30:
         pass

@@ -127,6 +127,8 @@ class _Alarms:
             with self.lock:
                 w["open"] = False
                 self.windows.remove(w)
+                if w["fired"] and not self.windows:  # z3's interrupt cancels its context for good:
+                    z3.z3._main_ctx = None  # what runs next in this process gets a fresh one
             timer.cancel()
             self.shield -= 1
             self._raise_due()  # an outer window's alarm that came meanwhile
