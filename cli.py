@@ -580,56 +580,37 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, for
     if formats is not None:
         if ks:
             raise InputError("--format compares formats at one width: give one --k")
-        return sweep_formats(task_name, formats, N_range, model_path, program, max_len, causal, mlp_exactness,
-                             rounding, overflow, engine, timeout, rest.pop("as_json"), options,
-                             dict(variant=variant, k=k, eta=eta, seed=seed))
-    if p_range is None:
+        refuse_given(("f_range", "accumulate", "int_bits", "output", "as_csv", "plot_path", "scheduler", "cache_path",
+                      "no_cache", "force", "cluster_address"),
+                     "a sweep over --p's; with --format each format is run once at each N")
+    elif p_range is None:
         raise InputError("give --p (a range of bits) or --format (formats to compare)")
-    rounding, overflow = rounding or "floor", overflow or "saturate"
-    rest["fmt"] = table_format(rest.pop("as_json"), rest.pop("as_csv"))
-    ps = parse_range(p_range, "--p")
-    arith = dict(rounding=rounding, overflow=overflow, accumulate=accumulate, engine=engine, timeout=timeout)
+    construction = dict(variant=variant, k=k, eta=eta, seed=seed, **({"ks": ks} if ks else {}))
     if task_name == "tracr":
         if program is None or model_path is not None or N_range is not None:
             raise InputError("verify sweep tracr takes --program, --vocab and --max-len (not --model or --N)")
-        vocab = options.pop("vocab")
-        refuse_given([*options, "variant", "k_range", "eta", "seed"],
+        refuse_given([*(o for o in options if o != "vocab"), "variant", "k_range", "eta", "seed"],
                      "a Tracr program takes no task or construction options")
         with time_limit(Deadline(timeout)):  # compiling is building the runs, which --timeout bounds
-            compiled = compile_tracr(program, vocab, max_len, causal, mlp_exactness)
-        return sweep_frontier(compiled.task, [max_len], ps, f_range, model=compiled.model, **arith, **rest)
-    if program is not None or max_len is not None:
-        raise InputError("--program and --max-len are for verify sweep tracr")
-    if N_range is None:
-        raise InputError("--N is required (a range like 2..16)")
-    model = verifier.load_model(model_path) if model_path else None
-    return sweep_frontier(task_name, parse_range(N_range, "--N"), ps, f_range, model=model, variant=variant, k=k,
-                          eta=eta, seed=seed, **({"ks": ks} if ks else {}), **arith, **options, **rest)
-
-
-def sweep_formats(task_name, formats, N_range, model_path, program, max_len, causal, mlp_exactness, rounding,
-                  overflow, engine, timeout, as_json, options, construction) -> int:
-    """verify sweep TASK --N ... --format A,B,...: the verdict table of `format_table`."""
-    refuse_given(("f_range", "accumulate", "int_bits", "output", "as_csv", "plot_path", "scheduler", "cache_path",
-                  "no_cache", "force", "cluster_address"),
-                 "a sweep over --p's; with --format each format is run once at each N")
-    arith = dict(rounding=rounding, overflow=overflow, engine=engine, timeout=timeout)
-    names = [f.strip() for f in formats.split(",")]
-    if task_name == "tracr":
-        if program is None or model_path is not None or N_range is not None:
-            raise InputError("verify sweep tracr takes --program, --vocab and --max-len (not --model or --N)")
-        with time_limit(Deadline(timeout)):
-            compiled = compile_tracr(program, options.pop("vocab"), max_len, causal, mlp_exactness)
-        table = format_table(compiled.task, [max_len], names, model=compiled.model, **arith)
+            compiled = compile_tracr(program, options["vocab"], max_len, causal, mlp_exactness)
+        task, Ns, model, options, construction = compiled.task, [max_len], compiled.model, {}, {}
     else:
+        if program is not None or max_len is not None:
+            raise InputError("--program and --max-len are for verify sweep tracr")
         if N_range is None:
             raise InputError("--N is required (a range like 2..16)")
+        task, Ns = task_name, parse_range(N_range, "--N")
         model = verifier.load_model(model_path) if model_path else None
-        extra = {} if model else {k: v for k, v in construction.items() if v is not None}
-        table = format_table(task_name, parse_range(N_range, "--N"), names, model=model, **arith, **extra,
-                             **{k: v for k, v in options.items() if v is not None})
-    click.echo(json.dumps(table.to_json(), indent=2) if as_json else "\n".join(table.lines()))
-    return table.exit_code
+    if formats is not None:
+        given = {k: v for k, v in {**({} if model else construction), **options}.items() if v is not None}
+        table = format_table(task, Ns, [f.strip() for f in formats.split(",")], model=model, rounding=rounding,
+                             overflow=overflow, engine=engine, timeout=timeout, **given)
+        click.echo(json.dumps(table.to_json(), indent=2) if rest["as_json"] else "\n".join(table.lines()))
+        return table.exit_code
+    rest["fmt"] = table_format(rest.pop("as_json"), rest.pop("as_csv"))
+    return sweep_frontier(task, Ns, parse_range(p_range, "--p"), f_range, model=model, rounding=rounding or "floor",
+                          overflow=overflow or "saturate", accumulate=accumulate, engine=engine, timeout=timeout,
+                          **construction, **options, **rest)
 
 
 @cli.command("tracr")
