@@ -22,7 +22,7 @@ from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from ..smt import solvers
 from ..smt.encoding import encode
 from ..support import interrupts
-from ..support.budget import Deadline, TimedOut
+from ..support.budget import Deadline, TimedOut, fresh_z3_context
 from ..support.errors import InputError, InternalError
 from ..tasks.base import case_splits
 from ..verdicts import Status
@@ -31,14 +31,6 @@ from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
 STAT_KEYS = ("conflicts", "decisions", "propagations", "sat conflicts", "sat decisions")  # summed over solves
 PEAKS = ("max memory",)  # z3's peak memory in MB: the largest over the solves
 DECIDED = ("table", "sat", "unsat")  # how `solve_case` decides a case; anything else leaves it undecided
-
-
-def fresh_context() -> None:
-    """Start z3's default context anew.  The model z3 returns depends on the context's history (the
-    terms built before), so without this a run's counterexample would depend on the runs made
-    before it in the same process, and a sweep would report other inputs on a cluster than in one
-    process.  No z3 object outlives a run, so nothing refers to the old context."""
-    z3.z3._main_ctx = None
 
 
 class Smt:
@@ -62,7 +54,7 @@ class Smt:
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
         t0 = time.monotonic()
         opts.deadline.check()  # the tables are not worth building past it (`engines._run`)
-        fresh_context()
+        fresh_z3_context()  # a run's model must not depend on the runs before it
         task = problem.task
         ev = make_evaluator(problem.model, problem.arith)
         result = EngineResult(Status.COMPLETE, 0, [])

@@ -85,6 +85,15 @@ class Deadline:
             yield self
 
 
+def fresh_z3_context() -> None:
+    """Start z3's default context anew.  The model z3 returns depends on the context's history (the
+    terms built before), so without this a run's counterexample would depend on the runs made
+    before it in the same process, and a sweep would report other inputs on a cluster than in one
+    process; and an interrupted context stays interrupted.  No z3 object outlives a run, so nothing
+    refers to the old context."""
+    z3.z3._main_ctx = None
+
+
 class _Alarms:
     """The enforced deadlines of the main thread: one timer thread per window, which at the
     window's deadline plus GRACE cancels z3's solve and sends SIGALRM to the main thread, whose
@@ -127,8 +136,8 @@ class _Alarms:
             with self.lock:
                 w["open"] = False
                 self.windows.remove(w)
-                if w["fired"] and not self.windows:  # z3's interrupt cancels its context for good:
-                    z3.z3._main_ctx = None  # what runs next in this process gets a fresh one
+                if w["fired"] and not self.windows:  # z3's interrupt cancels its context for good
+                    fresh_z3_context()
             timer.cancel()
             self.shield -= 1
             self._raise_due()  # an outer window's alarm that came meanwhile
