@@ -23,6 +23,7 @@ from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from ..evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
 from ..floats import FloatArith
+from ..int8 import Int8Arith
 from ..model import Model, Recurrent, weights_sha256
 from ..result import Counterexample, Result, count_text
 from ..smt import solvers
@@ -82,6 +83,8 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
     fitted, t = check_compatible(model, t)
+    if isinstance(arith, Int8Arith) and arith.acts is None:
+        arith = arith.bind(fitted, t)  # its scales: the model file's, or calibrated on the task's inputs
     arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
 
@@ -128,7 +131,7 @@ def _format(arith, N: int, p, f, rounding: Optional[str], overflow: Optional[str
             accumulate: str) -> "Fixed | FloatArith":
     """The problem's format: a format object as given (with no FX option beside it), or the one
     `make_format` reads from a name (None: FX(p, f))."""
-    if isinstance(arith, (Fixed, FloatArith)):
+    if isinstance(arith, (Fixed, FloatArith, Int8Arith)):
         given = {"p": p, "f": f, "rounding": rounding not in (None, "floor"),
                  "overflow": overflow not in (None, "saturate"),
                  "accumulate": accumulate != "product"}
