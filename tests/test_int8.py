@@ -272,3 +272,40 @@ def test_activation_tensors_are_the_evaluators():
     names = activation_names(model)
     assert names[0] == "embed" and names[-1] == "readout" and "L0.H*.out" in names
     assert not any(n.startswith("L0.H0.out") for n in names)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_add_is_tflites_on_every_pair(seed):
+    """The residual add of two int8 tensors of different scales equals the reference's TFLite ADD
+    (left shift 20, each input rescaled to twice the larger scale, the sum requantized) on every
+    pair of codes (a fifth of them, and a 23rd for two more scale sets), saturations included."""
+    from verifier.arithmetic import Ctx
+    rng = np.random.default_rng(seed)
+    arith = verifier.build_problem("dyck22", N=2, arith="int8").arith
+    fp32 = lambda x: float(np.float32(x))
+    params = {k: TensorQuant(fp32(np.exp(rng.uniform(-6, 1))), int(rng.integers(-128, 128)))
+              for k in ("embed", "L0.attn_out", "L0.resid")}
+    arith = replace(arith, acts={**arith.acts, **params})
+    (s1, z1), (s2, z2) = ((params[k].scale, params[k].zero_point) for k in ("embed", "L0.attn_out"))
+    c1 = np.repeat(np.arange(-128, 128) - z1, 256)
+    c2 = np.tile(np.arange(-128, 128) - z2, 256)
+    got = arith.add(c1 * s1, c2 * s2, Ctx((len(c1),), False), "L0.resid")
+    ref = RefInt8(arith.acts, True)
+    pick = range(seed, len(c1), 5 if seed == 0 else 23)
+    for i in pick:
+        want = ref.add(int(c1[i]), Fraction(s1), int(c2[i]), Fraction(s2), "L0.resid", "L0.resid")
+        assert Fraction(float(got[i])) == want * Fraction(params["L0.resid"].scale), (int(c1[i]), int(c2[i]))
+
+
+def test_weight_codes_round_ties_away_from_zero():
+    """A weight exactly halfway between two codes rounds away from zero (TFLite's std::round), in
+    float64 and in exact rationals alike; the largest |w| of a row is code 127 exactly."""
+    from verifier.int8 import weight_codes, weight_scales
+    s = weight_scales(np.array([[127.0, 1.0]]), True)
+    assert s[0] == 1.0
+    w = np.array([[0.5, -0.5, 1.5, -2.5, 126.5, 127.0]])
+    want = [[1, -1, 2, -3, 127, 127]]
+    assert weight_codes(w, np.ones(1)).tolist() == want
+    exact = np.array([[Fraction(x) for x in w[0]]], dtype=object)
+    assert weight_codes(exact, np.ones(1)).tolist() == want
+    assert RefInt8({}, True).wcodes(w, [Fraction(1)]) == want

@@ -93,19 +93,24 @@ def build_construction(task: str, *, N: int, arith: Optional[str] = None, f: Opt
                        variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
                        seed: int = 0, **task_options) -> Model:
     """The built-in construction of `task` at size N, as `verify export` writes it: built for the Kc
-    of FX's f (p does not enter Kc) or of another format `arith` at N; for neither, its default."""
+    of FX's f (p does not enter Kc) or of another format `arith` at N; for neither, its default.
+    With an int8 format it carries the activation scales calibrated on the task (`int8.calibrate`)."""
     t = make_task(canonical(task), N=N, **task_options)
     if t.name not in CONSTRUCTIONS:
         raise InputError(f"{t.name} has no built-in construction to export")
-    if parse_format(arith)[0] != "fx":
-        kc = make_format(arith, N=t.N, f=f).kc(t.N)
+    fmt = make_format(arith, N=t.N, f=f) if parse_format(arith)[0] != "fx" else None
+    if fmt is not None:
+        kc = fmt.kc(t.N)
     elif f is None:
         kc = None
     elif not 0 <= f <= 31:
         raise InputError(f"--f must be in 0..31, got {f}")
     else:
         kc = make_format(arith, N=t.N, p=31, f=f).kc(t.N)
-    return CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, kc)
+    model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, kc)
+    if isinstance(fmt, Int8Arith):
+        model.quantization = fmt.bind(*check_compatible(model, t)).acts
+    return model
 
 
 def check_sizes(task: str, Ns: list[int], *, model: Optional[Model | Recurrent] = None, variant: Optional[str] = None,
