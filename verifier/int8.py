@@ -38,7 +38,7 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Ctx, Float64Values, Real, Recorder
-from .floats import FloatArith, add_odd, div_odd, float_format, fraction_odd
+from .floats import FloatArith, div_odd, float_format, fraction_odd
 from .model import Model
 from .support.errors import InputError
 
@@ -265,8 +265,9 @@ def calibrate(model: Model, task) -> tuple[dict[str, TensorQuant], str]:
 
 
 def check_params(acts: dict, model: Model, where: str) -> dict[str, TensorQuant]:
-    """Activation parameters (TensorQuant or (scale, zero point) by tensor) checked: every tensor of the model named, each scale a
-    positive finite fp32 value, each zero point an integer in [-128, 127]."""
+    """Activation parameters (a TensorQuant or a pair (scale, zero point) by tensor), checked: every
+    tensor of the model named, each scale a positive finite fp32 value, each zero point an integer
+    in [-128, 127]."""
     names = activation_names(model)
     missing = [n for n in names if n not in acts]
     extra = [n for n in acts if n not in names]
@@ -326,7 +327,8 @@ class Int8Arith(Float64Values):
         if acts is not None:
             acts, source = check_params(acts, model, "activation scales"), "given"
         elif model.quantization is not None:
-            acts, source = model.quantization, "from the model file's quantization member"
+            acts = check_params(model.quantization, model, "the model's quantization")
+            source = "from the model file's quantization member"
         elif task is not None:
             acts, source = calibrate(model, task)
         else:
@@ -334,9 +336,8 @@ class Int8Arith(Float64Values):
                              "calibrate on")
         arrays = model.named_arrays()
         ops = graph(model)
-        wscale = {n: weight_scales(arrays[n], self.per_channel and n not in ("E", "P"))
-                  for op in ops.values() for n in ([op.weight] if op.weight else (op.inputs if op.output == "embed"
-                                                                                   else []))}
+        weights = ["E", "P"] + [op.weight for op in ops.values() if op.weight]  # the tables: one scale each
+        wscale = {n: weight_scales(arrays[n], self.per_channel and n not in ("E", "P")) for n in weights}
         bound = Int8Arith(self.per_channel, self.overflow, acts, source, ops, wscale, {})
         for name, op in ops.items():
             lin = bound._bind_op(name, op, arrays, model)
@@ -415,7 +416,10 @@ class Int8Arith(Float64Values):
         return Ctx(batch_shape, self.overflow == "error", locate)
 
     def check_model(self, model) -> None:
+        """Bound, and to this model's tensors."""
         self._unbound()
+        if not isinstance(model, Model) or set(activation_names(model)) != set(self.acts):
+            raise InputError("int8: these scales were set for another model (bind the format to this one)")
 
     # -- parameters ----------------------------------------------------------------------------
     def quantize(self, w: np.ndarray, name: str = "") -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .int8 import check_params
 from .model import (
     ATTENTIONS,
     READ_POSITIONS,
@@ -25,7 +26,6 @@ from .model import (
     head_arrays,
     is_exact,
 )
-from .int8 import check_params
 from .support.budget import require_memory
 from .support.errors import InputError
 from .support.files import new_file
