@@ -309,3 +309,20 @@ def test_weight_codes_round_ties_away_from_zero():
     exact = np.array([[Fraction(x) for x in w[0]]], dtype=object)
     assert weight_codes(exact, np.ones(1)).tolist() == want
     assert RefInt8({}, True).wcodes(w, [Fraction(1)]) == want
+
+
+def test_calibrated_parameters_cover_the_range():
+    """choose_params: 0 is a code exactly (an integer zero point), the codes span [lo, hi] widened to
+    0 to within half a step, and the scale is an fp32 value; every tensor of a calibrated problem
+    covers the float64 model's values on the task's inputs."""
+    from verifier.int8 import calibrate, choose_params
+    rng = np.random.default_rng(2)
+    for lo, hi in [(-1.0, 3.0), (0.5, 7.0), (-9.0, -0.25), (0.0, 0.0), *rng.normal(0, 5, (30, 2))]:
+        lo, hi = min(lo, hi), max(lo, hi)
+        p = choose_params(lo, hi)
+        assert float(np.float32(p.scale)) == p.scale and -128 <= p.zero_point <= 127
+        assert (-128 - p.zero_point) * p.scale <= min(lo, 0) + p.scale / 2
+        assert (127 - p.zero_point) * p.scale >= max(hi, 0) - p.scale / 2
+    problem = verifier.build_problem("induction_heads", N=3, arith="int8")
+    acts, source = calibrate(problem.model, problem.task)
+    assert acts == problem.arith.acts and "all 39 inputs" in source
