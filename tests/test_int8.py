@@ -54,6 +54,11 @@ def _problems(n: int) -> list[int]:
     return [i for i in range(80) if _bound(i, True) is not None][:n]
 
 
+def _first_batch(task, n: int):
+    """The first batch of at most n inputs that holds any (a task may filter a batch out)."""
+    return next(b for b in task.batches(0, task.total, n) if len(b.tokens))
+
+
 def _compare(got, want, name):
     if want is None:
         return
@@ -75,7 +80,7 @@ def test_every_intermediate_equals_reference(i):
     problem = _bound(i, per_channel)
     arith = problem.arith
     ev = make_evaluator(problem.model, arith, tables=False)
-    batch = next(iter(problem.task.batches(0, min(problem.task.total, 12), 12)))
+    batch = _first_batch(problem.task, 12)
     for row in batch.tokens:
         out, values = trace(ev, row)
         want, saturated = ref_int8_forward(problem.model, arith.acts, per_channel, [int(t) for t in row])
@@ -91,7 +96,7 @@ def test_tables_and_generic_path_agree(i):
     """The layer-0 tables (the engines' fast path) give the generic path's readout values."""
     problem = _bound(i, i % 2 == 1)
     arith = problem.arith
-    batch = next(iter(problem.task.batches(0, min(problem.task.total, 64), 64)))
+    batch = _first_batch(problem.task, 64)
     a = make_evaluator(problem.model, arith, tables=False).forward(batch.tokens).scores
     b = Evaluator(problem.model, arith).forward(batch.tokens).scores
     np.testing.assert_array_equal(a, b)
@@ -326,3 +331,20 @@ def test_calibrated_parameters_cover_the_range():
     problem = verifier.build_problem("induction_heads", N=3, arith="int8")
     acts, source = calibrate(problem.model, problem.task)
     assert acts == problem.arith.acts and "all 39 inputs" in source
+
+
+@pytest.mark.parametrize("i", _problems(24)[::4])
+def test_overflow_error_fails_the_inputs_that_saturate(i):
+    """Under overflow = error a clamp to [-128, 127] fails the answers it feeds: with a readout at
+    the last position every value feeds the one answer, so an input fails for overflow exactly when
+    the reference clamped some tensor on it (the same scales, saturate or error)."""
+    problem = _bound(i, True)
+    if problem.model.readout.positions == "all":
+        pytest.skip("a readout at every position: the cone of each answer (as for grids)")
+    arith = replace(problem.arith, overflow="error")
+    ev = Evaluator(problem.model, arith)
+    batch = _first_batch(problem.task, 64)
+    ovf = ev.forward(batch.tokens).ovf
+    want = [bool(ref_int8_forward(problem.model, arith.acts, True, [int(t) for t in row])[1]) for row in batch.tokens]
+    assert list(ovf) == want
+    assert "overflow=error" in arith.label()
