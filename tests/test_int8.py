@@ -269,6 +269,8 @@ def test_cli_spelling_and_refusals(capsys):
     runs = {(r["N"], r["format"]): r for r in json.loads(out)["runs"]}
     assert runs[5, "int8"]["verdict"] == "proved" and runs[6, "int8"]["verdict"] == "refuted"
     assert runs[6, "int8:tensor"]["arithmetic"]["weights"] == "per-tensor"
+    code, out, err = run(capsys, "sweep", "dyck22", "--N", "4", "--format", "fx,int8", "--p", "12", "--json")
+    assert code == 0 and [r["arithmetic"]["format"] for r in json.loads(out)["runs"]] == ["fx", "int8"], err
 
 
 def test_activation_tensors_are_the_evaluators():
