@@ -441,8 +441,9 @@ def export_cmd(task_name, N, variant, k, eta, seed, fmt, f, output, force, **opt
     path = verifier.save_model(model, output, force)
     name = canonical(task_name)
     variant = model.info.get("variant", CONSTRUCTIONS[name].default)
+    scales = "" if model.quantization is None else f", int8 scales of {len(model.quantization)} tensors (calibrated)"
     click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), task {name}, N={N}, "
-               f"d={model.d}, {model.n_params()} parameters")
+               f"d={model.d}, {model.n_params()} parameters{scales}")
     return 0
 
 
@@ -542,7 +543,8 @@ def sweep_output_options(fn):
               help="Sweep this model file instead of the built-in construction.")
 @click.option("--program", default=None, help="With TASK_NAME tracr: the RASP program (as for verify tracr).")
 @click.option("--N", "N_range", default=None, help=f"The N: {RANGE_HELP} (a Tracr program: its --max-len).")
-@click.option("--p", "p_range", default=None, help=f"The p: {RANGE_HELP} (required without --format).")
+@click.option("--p", "p_range", default=None,
+              help=f"The p: {RANGE_HELP} (required without --format; with --format, the one p of fx).")
 @click.option("--format", "formats", default=None, metavar="FORMATS",
               help="Instead of --p: formats, comma-separated (e.g. bf16,fp16,e4m3,e5m2): the verdict at each N and "
                    "format, and each failing format's counterexample.")
@@ -603,8 +605,11 @@ def sweep_cmd(task_name, task_option, model_path, program, N_range, p_range, for
         model = verifier.load_model(model_path) if model_path else None
     if formats is not None:
         given = {k: v for k, v in {**({} if model else construction), **options}.items() if v is not None}
+        ps = parse_range(p_range, "--p") if p_range is not None else [None]
+        if len(ps) > 1:
+            raise InputError("with --format, --p is fx's one width (e.g. --format fx,bf16,int8 --p 12)")
         table = format_table(task, Ns, [f.strip() for f in formats.split(",")], model=model, rounding=rounding,
-                             overflow=overflow, engine=engine, timeout=timeout, **given)
+                             overflow=overflow, engine=engine, timeout=timeout, p=ps[0], **given)
         click.echo(json.dumps(table.to_json(), indent=2) if rest["as_json"] else "\n".join(table.lines()))
         return table.exit_code
     rest["fmt"] = table_format(rest.pop("as_json"), rest.pop("as_csv"))

@@ -399,3 +399,207 @@ def ref_real_forward(model, tokens: list[int], prec: int = 600) -> list:
         read = X[1:] if every and model.bos is not None else X
     WU, bU = _mat(model.readout.W_U), _vec(model.readout.b_U)
     return [_affine(WU, x, bU) for x in read]
+
+
+# -- int8 with scales (docs/arithmetic.md, "int8 with scales"): Python ints and Fractions, by hand ----
+FP32_SPEC, FP64_SPEC = (8, 23, True), (11, 52, True)
+
+
+def _away(x: Fraction) -> int:
+    """x to the nearest integer, ties away from zero."""
+    n = math.floor(abs(x) + Fraction(1, 2))
+    return n if x >= 0 else -n
+
+
+class RefInt8:
+    """The int8 recipe one value at a time.  `acts`: tensor name -> (scale, zero point), the
+    arithmetic's activation parameters (a choice, like a model file's); everything else (weight
+    scales and codes, int32 biases, multipliers, the integer pipeline, softmax) is computed here.
+    `seen` records every intermediate as Fractions, `saturated` the tensors clamped."""
+
+    def __init__(self, acts: dict, per_channel: bool):
+        self.acts = {k: (Fraction(v.scale), v.zero_point) for k, v in acts.items()}
+        self.per_channel = per_channel
+        self.f32 = RefFloat(FP32_SPEC, FP32_SPEC, "nearest")
+        self.saturated: set = set()
+
+    # weights
+    def wscale(self, W, per_row: bool) -> list:
+        rows = [[_exact(w) for w in row] for row in W]
+        tops = [max([abs(w) for w in row], default=Fraction(0)) for row in rows]
+        if not per_row:
+            tops = [max(tops, default=Fraction(0))] * len(rows)
+        out = []
+        for t in tops:
+            s = self.f32.round_to(t / 127, FP32_SPEC)
+            out.append(s if s != 0 else Fraction(1))
+        return out
+
+    def wcodes(self, W, s: list) -> list:
+        return [[max(-127, min(127, _away(_exact(w) / si))) for w in row] for row, si in zip(W, s)]
+
+    # gemmlowp / TFLite integer arithmetic
+    @staticmethod
+    def multiplier(M: Fraction) -> tuple[int, int]:
+        """M rounded to float64, then M0 = round(frac 2^31) (ties away), M = M0 2^(shift - 31)."""
+        M = RefFloat(FP64_SPEC, FP64_SPEC).round_to(M, FP64_SPEC)
+        if M == 0:
+            return 0, 0
+        e = 0
+        while M * Fraction(2) ** -e >= 1:
+            e += 1
+        while M * Fraction(2) ** -e < Fraction(1, 2):
+            e -= 1
+        M0 = _away(M * Fraction(2) ** (31 - e))
+        if M0 == 2 ** 31:
+            M0, e = 2 ** 30, e + 1
+        if e < -31:
+            return 0, 0
+        return M0, e
+
+    @staticmethod
+    def high_mul(a: int, b: int) -> int:
+        ab = a * b
+        nudge = 2 ** 30 if ab >= 0 else 1 - 2 ** 30
+        t = ab + nudge
+        q = abs(t) // 2 ** 31  # C's division truncates toward zero
+        return q if t >= 0 else -q
+
+    @staticmethod
+    def div_pot(x: int, e: int) -> int:
+        """x / 2^e to nearest, ties away from zero."""
+        if e == 0:
+            return x
+        return _away(Fraction(x, 2 ** e))
+
+    def mbqm(self, x: int, M0: int, shift: int) -> int:
+        left, right = max(shift, 0), max(-shift, 0)
+        assert -2 ** 31 <= x * 2 ** left < 2 ** 31, "int32 overflow"
+        return self.div_pot(self.high_mul(x * 2 ** left, M0), right)
+
+    def out(self, acc: int, M: Fraction, key: str, name: str, count: bool = True) -> int:
+        """The centered integer q - z of the output tensor `key`."""
+        assert -2 ** 31 <= acc < 2 ** 31, "int32 overflow"
+        s, z = self.acts[key]
+        y = self.mbqm(acc, *self.multiplier(M)) + z
+        if (y < -128 or y > 127) and count:
+            self.saturated.add(name)
+        return max(-128, min(127, y)) - z
+
+    def add(self, a: int, sa: Fraction, b: int, sb: Fraction, key: str, name: str) -> int:
+        twice = 2 * max(sa, sb)
+        acc = sum(self.mbqm(c * 2 ** 20, *self.multiplier(si / twice)) for c, si in ((a, sa), (b, sb)))
+        return self.out(acc, twice / (2 ** 20 * self.acts[key][0]), key, name)
+
+    def softmax(self, cs: list, key: str) -> tuple[Fraction, list, Fraction, list]:
+        """Of the logits' centered integers: the fp32 max, exponentials and Z, and the uint8 codes of
+        the attention weights."""
+        f = self.f32
+        xs = [f.round_to(c * self.acts[key][0], FP32_SPEC) for c in cs]
+        M = max(xs)
+        e = [f.exp(f.round_to(x - M, FP32_SPEC)) for x in xs]
+        Z = f._acc_sum(e)
+        return M, e, Z, [min(255, _away(f.round_to(x / Z, FP32_SPEC) * 256)) for x in e]
+
+
+def ref_int8_forward(model, acts: dict, per_channel: bool, tokens: list[int]) -> tuple[dict, set]:
+    """Every intermediate of one input in int8, by the evaluator's trace names (the last layer at the
+    positions the readout reads): {name: nested lists of Fractions}, and the tensors that saturated."""
+    R = RefInt8(acts, per_channel)
+    val = lambda c, key: c * R.acts[key][0]
+    seen = {}
+    sE, sP = R.wscale(model.E, False), R.wscale(model.P, False)
+    qE, qP = R.wcodes(model.E, sE), R.wcodes(model.P, sP)
+    L = len(tokens)
+    X = [R.add(qE[t][j], sE[0], qP[i][j] if model.P_mask[t] else 0, sP[0], "embed", "embed")
+         for i, t in enumerate(tokens) for j in range(model.d)]
+    X = [X[i * model.d:(i + 1) * model.d] for i in range(L)]
+    xkey = "embed"
+    seen["embed"] = [[val(c, "embed") for c in row] for row in X]
+    every = model.readout.positions == "all"
+
+    def dense(W, b, x: list, xkey: str, name: str, wname: str) -> list:
+        s = R.wscale(W, per_channel)
+        q = R.wcodes(W, s)
+        sx = R.acts[xkey][0]
+        out = []
+        for r, row in enumerate(q):
+            acc = sum(c * w for c, w in zip(x, row))
+            if b is not None:
+                acc += _away(_exact(b[r]) / (sx * s[r]))
+            out.append(R.out(acc, sx * s[r] / R.acts[name][0], name, name))
+        return out
+
+    for li, layer in enumerate(model.layers):
+        final = li == len(model.layers) - 1
+        qpos = [L - 1] if final and not every else list(range(L))
+        hkey = f"L{li}.H*.out"
+        outs = {i: [] for i in qpos}
+        for hi, h in enumerate(layer.heads):
+            n = f"L{li}.H{hi}"
+            Q = {i: dense(h.W_Q, h.b_Q, X[i], xkey, f"{n}.q", "W_Q") for i in qpos}
+            K = [dense(h.W_K, h.b_K, X[j], xkey, f"{n}.k", "W_K") for j in range(L)]
+            V = [dense(h.W_V, h.b_V, X[j], xkey, f"{n}.v", "W_V") for j in range(L)]
+            seen[f"{n}.q"] = [[val(c, f"{n}.q") for c in Q[i]] for i in qpos]
+            seen[f"{n}.k"] = [[val(c, f"{n}.k") for c in row] for row in K]
+            seen[f"{n}.v"] = [[val(c, f"{n}.v") for c in row] for row in V]
+            sq, sk, sv = (R.acts[f"{n}.{p}"][0] for p in "qkv")
+            sS = R.acts[f"{n}.logits"][0]
+            logits, attn = [], []
+            for i in qpos:
+                keys = [j for j in range(L) if not layer.causal or j <= i]
+                S = {j: R.out(sum(a * b for a, b in zip(Q[i], K[j])), sq * sk / sS, f"{n}.logits", f"{n}.logits")
+                     for j in keys}
+                logits.append([val(S[j], f"{n}.logits") if j in S else None for j in range(L)])
+                if layer.attention == "softmax":
+                    M, e, Z, codes = R.softmax([S[j] for j in keys], f"{n}.logits")
+                    seen.setdefault(f"{n}.max", []).append(M)
+                    seen.setdefault(f"{n}.Z", []).append(Z)
+                    seen.setdefault(f"{n}.exp", []).append([dict(zip(keys, e)).get(j, 0) for j in range(L)])
+                    w, sw = dict(zip(keys, codes)), Fraction(1, 256)
+                    attn.append([Fraction(w[j], 256) if j in w else 0 for j in range(L)])
+                else:
+                    w, sw = {j: max(S[j], 0) for j in keys}, sS
+                    attn.append([val(w[j], f"{n}.logits") if j in w else 0 for j in range(L)])
+                outs[i].append([R.out(sum(w[j] * V[j][c] for j in keys), sw * sv / R.acts[hkey][0], hkey, f"{n}.out")
+                                for c in range(len(h.W_V))])
+            seen[f"{n}.logits"], seen[f"{n}.attn"] = logits, attn
+            seen[f"{n}.out"] = [[val(c, hkey) for c in outs[i][-1]] for i in qpos]
+        new_X = []
+        for i in qpos:
+            if layer.attention == "softmax":
+                heads, key = [c for o in outs[i] for c in o], hkey
+            else:
+                key, H = f"L{li}.heads", len(outs[i])
+                heads = [R.out(sum(o[c] for o in outs[i]), R.acts[hkey][0] / (H * R.acts[key][0]), key, key)
+                         for c in range(len(outs[i][0]))]
+            seen.setdefault(f"L{li}.heads", []).append([val(c, key) for c in heads])
+            A = dense(layer.W_O, layer.b_O, heads, key, f"L{li}.attn_out", "W_O")
+            seen.setdefault(f"L{li}.attn_out", []).append([val(c, f"L{li}.attn_out") for c in A])
+            x, k = A, f"L{li}.attn_out"
+            if layer.residual:
+                k = f"L{li}.resid"
+                x = [R.add(a, R.acts[xkey][0], b, R.acts[f"L{li}.attn_out"][0], k, k) for a, b in zip(X[i], A)]
+                seen.setdefault(k, []).append([val(c, k) for c in x])
+            if layer.has_ffn:
+                hk = f"L{li}.ffn_hidden"
+                hid = [max(c, 0) for c in dense(layer.W1, layer.b1, x, k, hk, "W1")]  # ReLU: at the zero point
+                seen.setdefault(hk, []).append([val(c, hk) for c in hid])
+                F = dense(layer.W2, layer.b2, hid, hk, f"L{li}.ffn_out", "W2")
+                seen.setdefault(f"L{li}.ffn_out", []).append([val(c, f"L{li}.ffn_out") for c in F])
+                if layer.residual:
+                    x = [R.add(a, R.acts[k][0], b, R.acts[f"L{li}.ffn_out"][0], f"L{li}.out", f"L{li}.out")
+                         for a, b in zip(x, F)]
+                    k = f"L{li}.out"
+                    seen.setdefault(k, []).append([val(c, k) for c in x])
+                else:
+                    x, k = F, f"L{li}.ffn_out"
+            new_X.append(x)
+            nk = k
+        X, xkey = new_X, nk
+    if every and model.bos is not None:
+        X = X[1:]
+    ro = model.readout
+    ys = [[val(c, "readout") for c in dense(ro.W_U, ro.b_U, x, xkey, "readout", "U")] for x in X]
+    seen["readout.scores"] = ys if every else ys[-1]
+    return seen, R.saturated

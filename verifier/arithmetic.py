@@ -51,7 +51,8 @@ B2_SOURCE = "Bhattamishra et al. 2024, arXiv:2406.09347, Appendix B.2"
 FORMAT_HELP = ("fx (binary FX(p, f) with --p and --f, the default), b2:KC (the grid of Bhattamishra et al. "
                "2024, Appendix B.2, at the task's N: step N^-KC, range [-N^KC, N^KC]), grid:STEP:MAX (step "
                "STEP, range [-MAX, MAX], e.g. grid:1/144:144), or a float format: bf16, fp16, e4m3, e5m2, fp32, "
-               "float:E:M, with fp32 accumulation, or +ACCacc for another (e.g. bf16+bf16acc)")
+               "float:E:M, with fp32 accumulation, or +ACCacc for another (e.g. bf16+bf16acc), or int8 with scales: "
+               "int8 (weight scales per output channel) or int8:tensor")
 
 Recorder = Optional[Callable[[str, np.ndarray], None]]
 
@@ -243,7 +244,7 @@ class Fixed:
             ctx.note(name, (y != x) if present is None else (y != x) & present)
         return y
 
-    def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def quantize(self, w: np.ndarray, name: str = "") -> tuple[np.ndarray, np.ndarray]:
         """R(w) for a real parameter array: codes and a mask of saturated entries.  An object array
         holds exact rationals (`model.is_exact`), rounded exactly."""
         if np.asarray(w).dtype == object:
@@ -570,6 +571,9 @@ def format_text(a: dict) -> str:
     if kind == "float":
         from .floats import float_text
         return float_text(a)
+    if kind == "int8":
+        from .int8 import int8_text
+        return int8_text(a)
     if kind == "fx":
         return (f"FX(p={a['p']}, f={a['f']}) step 2^-{a['f']}, range [{a['range'][0]:g}, {a['range'][1]:g}]; "
                 + rules)
@@ -585,7 +589,8 @@ def format_text(a: dict) -> str:
 
 def parse_format(spec: Optional[str]) -> tuple[str, object]:
     """``fx`` -> ("fx", None); ``b2:KC`` -> ("b2", Kc); ``grid:STEP:MAX`` -> ("grid", (step, max));
-    a float format ``S`` or ``S+Aacc`` -> ("float", (S, A)) (`verifier.floats`; A default fp32)."""
+    a float format ``S`` or ``S+Aacc`` -> ("float", (S, A)) (`verifier.floats`; A default fp32);
+    ``int8[:channel|:tensor]`` -> ("int8", per_channel) (`verifier.int8`)."""
     from .floats import NAMED, float_format
     text = "fx" if spec is None else str(spec).strip()
     kind, _, rest = text.partition(":")
@@ -596,6 +601,10 @@ def parse_format(spec: Optional[str]) -> tuple[str, object]:
         if plus and not (acc.endswith("acc") and len(acc) > 3):
             raise InputError(f"--format {text}: the accumulation format is spelled +ACCacc, e.g. bf16+fp32acc")
         return "float", (float_format(storage), float_format(acc[:-3] if plus else "fp32"))
+    if kind == "int8":
+        if rest not in ("", "channel", "tensor"):
+            raise InputError(f"--format {text}: int8 takes :channel (the default) or :tensor (its weight scales)")
+        return "int8", rest != "tensor"
     if kind == "b2":
         if not rest.isdigit() or int(rest) < 1 or len(rest) > 6:
             raise InputError(f"--format {text}: b2:KC takes Bhattamishra et al.'s Kc, an integer >= 1 (e.g. b2:2)")
@@ -628,6 +637,12 @@ def make_format(spec: Optional[str] = None, *, N: Optional[int] = None, p: Optio
                              f"accumulation format is spelled in it: +ACCacc)")
         storage, acc = cast(tuple, args)
         return FloatArith(storage, acc, rounding or "nearest", overflow or ("error" if storage.ieee else "saturate"))
+    if kind == "int8":
+        from .int8 import Int8Arith
+        if p is not None or f is not None or accumulate != "product" or rounding is not None:
+            raise InputError(f"--p, --f, --accumulate and --rounding are fixed point's; --format {spec} is int8, whose "
+                             f"roundings and int32 accumulation are fixed by its recipe")
+        return Int8Arith(bool(args), overflow or "saturate")
     rules = dict(rounding=rounding or "floor", overflow=overflow or "saturate", accumulate=accumulate)
     if kind == "fx":
         if p is None:
@@ -676,7 +691,7 @@ class Real(Float64Values):
     def context(self, batch_shape: tuple, locate: bool = False) -> Ctx:
         return Ctx(batch_shape, False, locate)
 
-    def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def quantize(self, w: np.ndarray, name: str = "") -> tuple[np.ndarray, np.ndarray]:
         w = np.asarray(w, dtype=np.float64)
         return w, np.zeros(w.shape, dtype=bool)
 

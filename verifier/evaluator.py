@@ -209,7 +209,7 @@ class _Reader:
         use = SaturatedUse(np.zeros(len(model.vocab), bool), np.zeros(positions, bool))
 
         def quantize(name: str, w: np.ndarray) -> np.ndarray:
-            codes, sat = arith.quantize(w)
+            codes, sat = arith.quantize(w, name)
             if sat.any():
                 self.saturated_params.append(_entry(name, np.argwhere(sat)[0]))
                 use.note(name, sat)

@@ -226,7 +226,7 @@ class FloatArith(Float64Values):
             ctx.note(name, over if present is None else over & present)
         return v
 
-    def quantize(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def quantize(self, w: np.ndarray, name: str = "") -> tuple[np.ndarray, np.ndarray]:
         """The weights rounded to the storage format (exact rationals: through `fraction_odd`)."""
         w = np.asarray(w)
         if w.dtype == object:

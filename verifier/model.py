@@ -98,6 +98,7 @@ class Model:
     source: Optional[str] = None  # the file it was read from
     bos: Optional[str] = None  # a token fixed at position 0; the task's input follows it
     residual_rows: Optional[list[str]] = None  # a name per residual row ("m", "B3[2]"), from a Layout
+    quantization: Optional[dict] = None  # int8 activation parameters by tensor name (`int8.TensorQuant`)
 
     @property
     def d(self) -> int:

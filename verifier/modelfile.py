@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .int8 import check_params
 from .model import (
     ATTENTIONS,
     READ_POSITIONS,
@@ -75,6 +76,13 @@ META_SCHEMA = {
                                             "description": "version 2: a name per row of U.W; the task's "
                                                            "answers are the rows of their names"}}},
         "info": {"type": "object", "description": "free-form: the construction and its parameters"},
+        "quantization": {
+            "type": "object", "additionalProperties": False, "required": ["activations"],
+            "description": "version 3: int8 activation scales and zero points, by tensor (docs/model-format.md)",
+            "properties": {"activations": {"type": "object", "additionalProperties": {
+                "type": "object", "additionalProperties": False, "required": ["scale", "zero_point"],
+                "properties": {"scale": {"type": "number", "exclusiveMinimum": 0},
+                               "zero_point": {"type": "integer", "minimum": -128, "maximum": 127}}}}}},
         "residual_rows": {"type": "array", "minItems": 1, "uniqueItems": True,
                           "items": {"type": "string", "minLength": 1},
                           "description": "version 3: a name per row of the residual stream (d names), "
@@ -101,6 +109,10 @@ def save_model(model: Model | Recurrent, path: str | Path, force: bool = False) 
         meta["bos"] = model.bos
     if model.residual_rows is not None:
         meta["residual_rows"] = list(model.residual_rows)
+        meta["version"] = EXACT_VERSION
+    if getattr(model, "quantization", None) is not None:
+        meta["quantization"] = {"activations": {k: {"scale": v.scale, "zero_point": v.zero_point}
+                                                for k, v in model.quantization.items()}}
         meta["version"] = EXACT_VERSION
     if isinstance(model, Recurrent):
         meta["recurrent"] = {"hidden": model.d}
@@ -206,6 +218,9 @@ def load_model(path: str | Path) -> Model | Recurrent:
         model.validate()
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
+    if "quantization" in meta:
+        acts = {k: (v["scale"], v["zero_point"]) for k, v in meta["quantization"]["activations"].items()}
+        model.quantization = check_params(acts, model, f"{source}: meta 'quantization'")
     model.source = str(path)
     return model
 
@@ -227,14 +242,15 @@ def _check_version_2(meta: dict, source: str) -> None:
                              f"export without the normalisation itself (normalization_type=None), then set "
                              f"layer_norm to false")
     v3 = [f"readout.{k}" for k in ("theta_exact",) if k in meta.get("readout", {})] + \
-        [k for k in ("residual_rows",) if k in meta]
+        [k for k in ("residual_rows", "quantization") if k in meta]
     if v3 and meta["version"] < EXACT_VERSION:
         raise InputError(f"{source}: meta has {', '.join(v3)}, which need{'s' if len(v3) == 1 else ''} "
                          f"\"version\": {EXACT_VERSION}")
-    for key in ("bos", "residual_rows"):
+    for key in ("bos", "residual_rows", "quantization"):
         if "recurrent" in meta and key in meta:
             raise InputError(f"{source}: '{key}' is for transformers; a recurrent model "
-                             + ("reads its inputs from h0" if key == "bos" else "has no residual stream"))
+                             + {"bos": "reads its inputs from h0", "residual_rows": "has no residual stream",
+                                "quantization": "has no int8 recipe here"}[key])
     if v2 and meta["version"] < 2:
         raise InputError(f"{source}: meta has {', '.join(v2)}, which need \"version\": 2")
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..arithmetic import Fixed
 from ..evaluator import Judged, make_evaluator
 from ..floats import FloatArith
+from ..int8 import Int8Arith
 from ..model import Model, Recurrent
 from ..support.budget import Deadline
 from ..tasks import Task
@@ -113,6 +114,8 @@ def codes_only(problem: Problem) -> Optional[str]:
     """Why an engine that works on fixed-point codes cannot run a float format, or None."""
     if isinstance(problem.arith, Fixed):
         return None
+    if isinstance(problem.arith, Int8Arith):
+        return "it works on fixed-point codes; int8 with scales is not a grid (the exhaustive engine decides int8)"
     return (f"it works on fixed-point codes; {problem.arith.storage.name} is a float format (the exhaustive engine "
             f"decides float formats)")
 

@@ -134,7 +134,7 @@ def write_dumps(result: Result, directory: str | Path, extra: dict | None = None
 
 
 def format_tag(a: dict) -> str:
-    """The format in a file name: p12 (FX), b2-Kc2, grid-1_144-144, bf16-fp32acc."""
+    """The format in a file name: p12 (FX), b2-Kc2, grid-1_144-144, bf16-fp32acc, int8-per-channel."""
     kind = a.get("format", "fx")
     if kind == "fx":
         return f"p{a['p']}"
@@ -142,6 +142,8 @@ def format_tag(a: dict) -> str:
         return f"{a['storage']}-{a['accumulate']}acc".replace(":", "_")
     if kind == "b2":
         return f"b2-Kc{a['Kc']}"
+    if kind == "int8":
+        return f"int8-{a['weights']}"
     return f"grid-{a['step_exact']}-{a['range_exact'][1]}".replace("/", "_")
 
 

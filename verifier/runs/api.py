@@ -23,6 +23,7 @@ from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from ..evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
 from ..floats import FloatArith
+from ..int8 import Int8Arith
 from ..model import Model, Recurrent, weights_sha256
 from ..result import Counterexample, Result, count_text
 from ..smt import solvers
@@ -82,6 +83,8 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
     fitted, t = check_compatible(model, t)
+    if isinstance(arith, Int8Arith) and arith.acts is None:
+        arith = arith.bind(fitted, t)  # its scales: the model file's, or calibrated on the task's inputs
     arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
 
@@ -90,19 +93,24 @@ def build_construction(task: str, *, N: int, arith: Optional[str] = None, f: Opt
                        variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None,
                        seed: int = 0, **task_options) -> Model:
     """The built-in construction of `task` at size N, as `verify export` writes it: built for the Kc
-    of FX's f (p does not enter Kc) or of another format `arith` at N; for neither, its default."""
+    of FX's f (p does not enter Kc) or of another format `arith` at N; for neither, its default.
+    With an int8 format it carries the activation scales calibrated on the task (`int8.calibrate`)."""
     t = make_task(canonical(task), N=N, **task_options)
     if t.name not in CONSTRUCTIONS:
         raise InputError(f"{t.name} has no built-in construction to export")
-    if parse_format(arith)[0] != "fx":
-        kc = make_format(arith, N=t.N, f=f).kc(t.N)
+    fmt = make_format(arith, N=t.N, f=f) if parse_format(arith)[0] != "fx" else None
+    if fmt is not None:
+        kc = fmt.kc(t.N)
     elif f is None:
         kc = None
     elif not 0 <= f <= 31:
         raise InputError(f"--f must be in 0..31, got {f}")
     else:
         kc = make_format(arith, N=t.N, p=31, f=f).kc(t.N)
-    return CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, kc)
+    model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, kc)
+    if isinstance(fmt, Int8Arith):
+        model.quantization = fmt.bind(*check_compatible(model, t)).acts
+    return model
 
 
 def check_sizes(task: str, Ns: list[int], *, model: Optional[Model | Recurrent] = None, variant: Optional[str] = None,
@@ -128,7 +136,7 @@ def _format(arith, N: int, p, f, rounding: Optional[str], overflow: Optional[str
             accumulate: str) -> "Fixed | FloatArith":
     """The problem's format: a format object as given (with no FX option beside it), or the one
     `make_format` reads from a name (None: FX(p, f))."""
-    if isinstance(arith, (Fixed, FloatArith)):
+    if isinstance(arith, (Fixed, FloatArith, Int8Arith)):
         given = {"p": p, "f": f, "rounding": rounding not in (None, "floor"),
                  "overflow": overflow not in (None, "saturate"),
                  "accumulate": accumulate != "product"}

@@ -53,10 +53,12 @@ class FormatTable:
 
 
 def format_table(task: "str | Task", Ns: list[int], formats: list[str], *, model: Optional[Model | Recurrent] = None,
-                 engine: str = "auto", timeout: Optional[float] = None, **problem) -> FormatTable:
+                 engine: str = "auto", timeout: Optional[float] = None, p: Optional[int] = None,
+                 **problem) -> FormatTable:
     """Decide the task (the built-in construction, or `model`) at every N of `Ns` in every format of
-    `formats` (names as --format takes them; all are parsed before any run).  `timeout`: seconds
-    for each run; `problem`: `api.build_problem`'s other arguments."""
+    `formats` (names as --format takes them; all are parsed before any run).  `p`: the bits of
+    `fx` (given to fx alone); `timeout`: seconds for each run; `problem`: `api.build_problem`'s
+    other arguments."""
     if not formats:
         raise InputError("give at least one format")
     for f in formats:
@@ -67,7 +69,8 @@ def format_table(task: "str | Task", Ns: list[int], formats: list[str], *, model
         for f in formats:
             deadline = Deadline(timeout)
             with deadline.enforced():
+                bits = {"p": p} if parse_format(f)[0] == "fx" else {}
                 built = api.build_problem(task, N=N if isinstance(task, str) else None, arith=f, model=model,
-                                          **problem)
+                                          **bits, **problem)
             table.results[N, f] = api.run(built, engine, deadline=deadline)
     return table
