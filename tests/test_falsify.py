@@ -55,6 +55,7 @@ def test_every_failure_the_pass_reports_is_one_enumeration_finds(seed):
         assert replay(problem, f).expected != replay(problem, f).produced
 
 
+@pytest.mark.slow
 def test_a_correct_model_that_times_out_stays_unknown_with_what_was_tried():
     result = verifier.prove("idxl", N=16, p=12, sigma=3, engine="exhaustive", timeout=3)
     tried = result.engine_stats["falsified"]
@@ -75,6 +76,7 @@ def test_a_point_below_the_frontier_that_times_out_is_refuted():
     assert again is not None and again.input == cex.input and again.reason == cex.reason
 
 
+@pytest.mark.slow
 def test_the_boxes_a_stopped_bounds_run_left_open_hold_a_failure_blind_draws_miss():
     """Index lookup with eta = 2.5 at N = 14 fails on few inputs, deep in its branching: stopped at
     its last poll, the bounds engine has found nothing; the members of its open boxes fail, while
