@@ -7,10 +7,10 @@ import pytest
 
 import verifier
 from tests.helpers import random_model
+from verifier.arithmetic import FixedPoint
 from verifier.engines.base import EngineResult, Problem, RunOptions
 from verifier.engines.bounds import Bounds
 from verifier.engines.exhaustive import Exhaustive
-from verifier.arithmetic import FixedPoint
 from verifier.runs.api import build_problem, failure_at, replay
 from verifier.runs.falsify import falsify
 from verifier.support.budget import Deadline, TimedOut

@@ -211,8 +211,9 @@ def falsified_text(f: dict) -> str:
     parts += [f"{f['from_cases']:,} corners and members of the task's cases"] if f["from_cases"] else []
     found = (f"{f['failed']:,} fail{'s' if f['failed'] == 1 else ''}, replayed on the generic path" if f["failed"]
              else "none fails (which proves nothing)")
+    stopped = ", stopped by the deadline" if f["stopped"] else ""
     return (f"the engine stopped undecided; {f['tried']:,} inputs evaluated ({'; '.join(parts) or 'none drawn'}"
-            f"{', stopped by the deadline' if f['stopped'] else ''}; seed {f['seed']}) in {f['seconds']:.2f} s: {found}")
+            f"{stopped}; seed {f['seed']}) in {f['seconds']:.2f} s: {found}")
 
 
 def task_text(task: dict) -> str:

@@ -68,7 +68,8 @@ def engine_deadline(deadline: Deadline) -> Deadline:
     return deadline.keeping(KEEP_SHARE, KEEP_LEAST, KEEP_MOST)
 
 
-def falsify(problem: Problem, er: EngineResult, opts: RunOptions, deadline: Deadline) -> tuple[Falsification, list[Found]]:
+def falsify(problem: Problem, er: EngineResult, opts: RunOptions,
+            deadline: Deadline) -> tuple[Falsification, list[Found]]:
     """Evaluate the draws (module docstring) until the run's deadline or `opts.max_counterexamples`
     failures: what was tried, and the failures (to be replayed)."""
     t0 = time.monotonic()
