@@ -193,6 +193,8 @@ class Result:
                      f"{'the' if n == 1 else 'all'} {n:,} case{'' if n == 1 else 's'}")
             lines.append(f"  checked     the proof on {sc['inputs']:,} sampled inputs (corners and random members of "
                          f"{which}) on the evaluator in {sc['seconds']:.2f} s: no failure")
+        if "falsified" in st:
+            lines.append(f"  falsified   {falsified_text(st['falsified'])}")
         if self.min_margin is not None:
             where = f" at {self.tightest['input']}" if self.tightest else ""
             lines.append(f"  min margin  {self.min_margin:g}{where}")
@@ -200,6 +202,18 @@ class Result:
             lines.append(f"  unknown     {self.reason}")
         lines += [f"  {c.line()}" for c in self.counterexamples]
         return "\n".join(lines)
+
+
+def falsified_text(f: dict) -> str:
+    """The falsification pass before an unknown (`runs.falsify.Falsification` as JSON) in words."""
+    parts = [f"{f['from_open']:,} members of {f['open_boxes']:,} boxes the engine left open"] if f["open_boxes"] else []
+    parts += [f"{f['uniform']:,} uniform draws from the inputs not covered"] if f["uniform"] else []
+    parts += [f"{f['from_cases']:,} corners and members of the task's cases"] if f["from_cases"] else []
+    found = (f"{f['failed']:,} fail{'s' if f['failed'] == 1 else ''}, replayed on the generic path" if f["failed"]
+             else "none fails (which proves nothing)")
+    stopped = ", stopped by the deadline" if f["stopped"] else ""
+    return (f"the engine stopped undecided; {f['tried']:,} inputs evaluated ({'; '.join(parts) or 'none drawn'}"
+            f"{stopped}; seed {f['seed']}) in {f['seconds']:.2f} s: {found}")
 
 
 def task_text(task: dict) -> str:

@@ -108,6 +108,8 @@ class EngineResult:
     tightest: Optional[int] = None  # index of an input with the smallest margin
     stats: dict = field(default_factory=dict)
     checked: Optional[Checked] = None  # the inputs of the task judged among those covered (None: not counted)
+    open: list[list[np.ndarray]] = field(default_factory=list)  # boxes (per position, its tokens) left undecided
+    # when the run stopped: where a falsification pass looks first (`runs.falsify`)
 
 
 def codes_only(problem: Problem) -> Optional[str]:

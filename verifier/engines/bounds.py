@@ -78,6 +78,7 @@ POINTS_PER_CALL = 1 << 18
 LEAF_TABLES_AFTER = 1 << 14  # leaf inputs evaluated before the evaluator's layer-0 tables are worth building
 MEMORY = 128 << 20  # the working set of a run's boxes (a constant, so that the boxes of a round, and the
 # counterexample found first, do not depend on the machine's load); more buys no speed
+OPEN_BOXES = 1 << 10  # open boxes a run that stopped hands on, for the falsification pass (`runs.falsify`)
 ROUND_BOXES = 1 << 13  # boxes of a round at most: enough to vectorise, few enough to reach the leaves soon
 WINDOW_INDEX = 1 << 21  # (position, window of token sets) pairs a batch may index (two layers): 16 MiB
 PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
@@ -388,6 +389,7 @@ class Bounds:
             result.found = [f for _, f in ordered][:opts.max_counterexamples]
             if result.status != Status.COMPLETE and k < len(pending):
                 case = pending[k].name
+                result.open = run.open_boxes(OPEN_BOXES)
         elif pending is not None:
             case = pending[0].name
         result.stats = {"cases": done, "boxes": stats.boxes, "leaves": stats.leaves, "leaf_inputs": stats.leaf_inputs,
@@ -1106,12 +1108,26 @@ class _Run:
             status[bad] = self._failing(_children(boxes, parent[bad], j, tokens[bad]), found)
         return status
 
+    def open_boxes(self, most: int) -> list[list[np.ndarray]]:
+        """The first `most` boxes left undecided when the run stopped (the round under way, then
+        the open boxes depth first), each as its positions' tokens."""
+        rows = [self.current] if self.current is not None else []
+        rows += [o.boxes.take(np.arange(o.at, len(o.boxes))) for o in reversed(self.stack)]
+        out: list[list[np.ndarray]] = []
+        for boxes in rows:
+            out += [self._tokens(dom) for dom in boxes.dom[:most - len(out)]]
+        return out
+
+    def _tokens(self, dom: np.ndarray) -> list[np.ndarray]:
+        """A box's positions (domain ids, or -1 - token) as their tokens."""
+        return [self.domains[g] if g >= 0 else np.array([-1 - g]) for g in dom]
+
     # -- leaves -------------------------------------------------------------------------------
     def _members(self, boxes: _Boxes) -> tuple[np.ndarray, np.ndarray]:
         """Every input of small boxes (tokens, and the case of each)."""
         members, case_of = [], []
         for b in range(len(boxes)):
-            lists = [self.domains[g] if g >= 0 else np.array([-1 - g]) for g in boxes.dom[b]]
+            lists = self._tokens(boxes.dom[b])
             grid = np.array(np.meshgrid(*lists, indexing="ij")).reshape(len(lists), -1).T
             members.append(grid)
             case_of.append(np.full(len(grid), boxes.case[b]))

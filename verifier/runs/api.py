@@ -34,6 +34,7 @@ from ..tasks import Task, canonical, make_task
 from ..tasks.base import NO_ANSWER
 from ..tasks.bos import WithBos
 from ..verdicts import Status, Verdict
+from .falsify import engine_deadline, falsify
 from .sample_check import sample_check
 
 MAX_COUNTEREXAMPLES = 10_000  # each one is replayed with its full trace
@@ -240,10 +241,12 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         if earlier:  # the engine never overwrites a case file: refused now, not after the cases before it
             raise InputError(f"--smtlib {smtlib} holds {earlier[0].name} from an earlier run; the export never "
                              f"overwrites a case: give an empty directory")
-    opts = RunOptions(max_counterexamples, deadline, start, stop, workers, progress, cluster, solver, smtlib)
+    # the engine stops a share of the time early: the falsification pass before an unknown has the rest
+    opts = RunOptions(max_counterexamples, engine_deadline(deadline), start, stop, workers, progress, cluster, solver,
+                      smtlib)
     whole = (start, stop) == (0, total)
     options = plan(engine, problem, opts)
-    (chosen, why), er, quantized, cexs, audit = options[0], None, None, [], None
+    (chosen, why), er, quantized, cexs, audit, tried = options[0], None, None, [], None, None
     t0 = time.monotonic()
     try:
         with deadline.enforced():  # past it, TimedOut reaches a step that does not poll (`budget`)
@@ -251,6 +254,9 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
             chosen, why, er = decide(options, problem, opts)
             status = er.status
             cexs = [replay(problem, found, quantized) for found in er.found]
+            if not cexs and status in (Status.TIMEOUT, Status.INCOMPLETE):
+                tried, found = falsify(problem, er, opts, deadline)
+                cexs = [replay(problem, f, quantized) for f in found]
             if not cexs and status == Status.COMPLETE and whole and chosen.symbolic:
                 audit = sample_check(problem, deadline)
     except TimedOut:
@@ -275,6 +281,8 @@ def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1,
         stats["auto"] = why
     if audit is not None:
         stats["sample_check"] = audit.to_json()
+    if tried is not None:
+        stats["falsified"] = tried.to_json()
     construction, params, provenance = describe_problem(problem)
     arithmetic = {**problem.arith.describe(), "quantization_error": quantized and quantized.quant_error,
                   "saturated_parameters": quantized and quantized.saturated_params}

@@ -23,15 +23,14 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
 from ..engines.base import Problem
-from ..evaluator import fitting_evaluator
+from ..evaluator import Judged, fitting_evaluator
 from ..support.budget import Deadline
 from ..support.errors import InternalError
-from ..tasks import Case
 from ..tasks.base import case_splits
 
 RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
@@ -55,13 +54,14 @@ class SampleCheck:
                 "seconds": round(self.seconds, 3)}
 
 
-def case_sample(case: Case, rng: np.random.Generator, n_random: int) -> np.ndarray:
-    """The corners and random members of the case's box of token domains, (4 + n_random, L).
+def box_sample(domains, rng: np.random.Generator, n_random: int) -> np.ndarray:
+    """The corners and random members of a box of token domains (per position, its tokens),
+    (4 + n_random, L).
 
     Positions that share a domain array (most do) are drawn together."""
-    L = case.length
+    L = len(domains)
     groups: dict[int, tuple[np.ndarray, list[int]]] = {}
-    for j, d in enumerate(case.domains):
+    for j, d in enumerate(domains):
         groups.setdefault(id(d), (d, []))[1].append(j)
     lo, hi = np.empty(L, np.int64), np.empty(L, np.int64)
     members = np.empty((n_random, L), np.int64)
@@ -73,32 +73,67 @@ def case_sample(case: Case, rng: np.random.Generator, n_random: int) -> np.ndarr
     return np.concatenate([corners, members])
 
 
+class CaseSample:
+    """The inputs the check draws from the task's cases (module docstring), in batches of one
+    length: what `sample_check` judges, and what a falsification pass tries (`runs.falsify`)."""
+
+    def __init__(self, problem: Problem, seed: int = 0):
+        task = self.task = problem.task
+        self.seed = seed
+        self.n_cases = sum(1 for _ in case_splits(task))
+        width = max(1, getattr(problem.model, "d", 1))  # a model of width 0 (degenerate, still valid) costs its length
+        budget = max(MIN_CASES * PER_CASE, CHECK_WORK // (task.max_len * width))
+        self.pick = random.Random(seed)  # draws indices beyond int64
+        self.chosen = _chosen_cases(self.n_cases, budget, self.pick)
+        self.n_random = max(RANDOM_PER_CASE, min(RANDOM_TOTAL, budget // 2) // len(self.chosen))
+
+    def batches(self, size: int = FLUSH_ROWS) -> Iterator[tuple[list[str], np.ndarray]]:
+        """(the case of each row, tokens) of one length, `size` rows or more, or a length's last ones."""
+        rng, pick, task = np.random.default_rng(self.seed), self.pick, self.task
+        pending: dict[int, list[tuple[str, np.ndarray]]] = {}
+
+        def flush(length: int) -> tuple[list[str], np.ndarray]:
+            names = [name for name, rows in pending[length] for _ in range(len(rows))]
+            return names, np.concatenate([rows for _, rows in pending.pop(length)])
+
+        for ci, case in enumerate(case_splits(task)):
+            if ci not in self.chosen:
+                continue
+            indexed = [task.decode(case.offset + pick.randrange(case.count)) for _ in range(self.n_random)]
+            rows = np.concatenate([box_sample(case.domains, rng, self.n_random), np.array(indexed, dtype=np.int64)])
+            pending.setdefault(case.length, []).append((case.name, rows))
+            if sum(len(rows) for _, rows in pending[case.length]) >= size:
+                yield flush(case.length)
+        for length in list(pending):
+            yield flush(length)
+
+
+def judged_batches(ev, task, tokens: np.ndarray, deadline: Optional[Deadline] = None, *,
+                   poll: bool = False) -> Iterator[tuple[np.ndarray, Judged]]:
+    """The inputs of the task among the rows of `tokens` (one length), judged on the batched
+    evaluator a batch at a time: (their rows, the judgment).  The deadline is checked before each
+    batch (`TimedOut`), or with `poll` only looked at: past it, no more batches."""
+    answers, valid = task.evaluate(tokens)
+    keep = np.flatnonzero(valid)
+    size = ev.batch_size(tokens.shape[1])
+    for a in range(0, len(keep), size):
+        if deadline is not None:
+            if poll and deadline.expired():
+                return
+            deadline.check()
+        rows = keep[a:a + size]
+        yield rows, ev.judge(ev.forward(tokens[rows]), answers[rows])
+
+
 def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: int = 0) -> SampleCheck:
     """Evaluate a sample of every case on the batched evaluator; InternalError at the first failure."""
     t0 = time.monotonic()
     task = problem.task
     ev = fitting_evaluator(problem.model, problem.arith)
-    rng, pick = np.random.default_rng(seed), random.Random(seed)  # `pick` draws indices beyond int64
-    pending: dict[int, list[tuple[str, np.ndarray]]] = {}
+    sample = CaseSample(problem, seed)
     checked = 0
-    n_cases = sum(1 for _ in case_splits(task))
-    width = max(1, getattr(problem.model, "d", 1))  # a model of width 0 (degenerate, still valid) costs its length
-    budget = max(MIN_CASES * PER_CASE, CHECK_WORK // (task.max_len * width))
-    chosen = _chosen_cases(n_cases, budget, pick)
-    n_random = max(RANDOM_PER_CASE, min(RANDOM_TOTAL, budget // 2) // len(chosen))
-
-    def flush(length: int) -> None:
-        nonlocal checked
-        names = [name for name, rows in pending[length] for _ in range(len(rows))]
-        tokens = np.concatenate([rows for _, rows in pending.pop(length)])
-        answers, valid = task.evaluate(tokens)
-        keep = np.flatnonzero(valid)
-        size = ev.batch_size(length)
-        for a in range(0, len(keep), size):
-            if deadline is not None:
-                deadline.check()
-            rows = keep[a:a + size]
-            judged = ev.judge(ev.forward(tokens[rows]), answers[rows])
+    for names, tokens in sample.batches():
+        for rows, judged in judged_batches(ev, task, tokens, deadline):
             bad = np.flatnonzero(judged.failed)
             if len(bad):
                 j, r = bad[0], rows[bad[0]]
@@ -108,18 +143,7 @@ def sample_check(problem: Problem, deadline: Optional[Deadline] = None, seed: in
                     f"expected {task.answer_name(int(judged.expected[j]))}, the model gives "
                     f"{task.answer_name(int(judged.produced[j]))} ({judged.reason[j]}); no verdict can be given")
             checked += len(rows)
-
-    for ci, case in enumerate(case_splits(task)):
-        if ci not in chosen:
-            continue
-        indexed = [task.decode(case.offset + pick.randrange(case.count)) for _ in range(n_random)]
-        rows = np.concatenate([case_sample(case, rng, n_random), np.array(indexed, dtype=np.int64)])
-        pending.setdefault(case.length, []).append((case.name, rows))
-        if sum(len(rows) for _, rows in pending[case.length]) >= FLUSH_ROWS:
-            flush(case.length)
-    for length in list(pending):
-        flush(length)
-    return SampleCheck(checked, len(chosen), n_cases, seed, time.monotonic() - t0)
+    return SampleCheck(checked, len(sample.chosen), sample.n_cases, seed, time.monotonic() - t0)
 
 
 def _chosen_cases(n_cases: int, budget: int, pick: random.Random) -> set[int]:

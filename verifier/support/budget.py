@@ -72,6 +72,16 @@ class Deadline:
         if self.expired():
             raise TimedOut(self.seconds)
 
+    def keeping(self, share: float, least: float, most: float) -> "Deadline":
+        """A deadline of the same start that ends `share` of the time sooner (at least `least`
+        seconds, at most `most`, and at most half the time): a first step's, so that what follows
+        it keeps the rest.  Without a timeout, none."""
+        sooner = Deadline()
+        sooner.t0 = self.t0
+        if self.seconds is not None:
+            sooner.seconds = self.seconds - min(max(share * self.seconds, least), most, self.seconds / 2)
+        return sooner
+
     @contextlib.contextmanager
     def enforced(self) -> Iterator["Deadline"]:
         """Within: GRACE seconds past the deadline, TimedOut is raised in the main thread wherever
