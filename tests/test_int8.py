@@ -18,6 +18,7 @@ from helpers import edit_model_file, random_model, run
 from reference import RefInt8, ref_int8_forward
 
 import verifier
+from verifier import calibration
 from verifier.arithmetic import make_format
 from verifier.engines import RunOptions
 from verifier.engines.exhaustive import Exhaustive
@@ -43,7 +44,7 @@ def _bound(i: int, per_channel: bool):
     if isinstance(problem.model, Recurrent):
         return None
     try:
-        return replace(problem, arith=Int8Arith(per_channel).bind(problem.model, problem.task))
+        return replace(problem, arith=calibration.bind(Int8Arith(per_channel), problem.model, problem.task))
     except InputError as exc:
         assert "not finite" in str(exc) or "could overflow" in str(exc)
         return None
@@ -322,7 +323,7 @@ def test_calibrated_parameters_cover_the_range():
     """choose_params: 0 is a code exactly (an integer zero point), the codes span [lo, hi] widened to
     0 to within half a step, and the scale is an fp32 value; every tensor of a calibrated problem
     covers the float64 model's values on the task's inputs."""
-    from verifier.int8 import calibrate, choose_params
+    from verifier.int8 import choose_params
     rng = np.random.default_rng(2)
     for lo, hi in [(-1.0, 3.0), (0.5, 7.0), (-9.0, -0.25), (0.0, 0.0), *rng.normal(0, 5, (30, 2))]:
         lo, hi = min(lo, hi), max(lo, hi)
@@ -331,7 +332,7 @@ def test_calibrated_parameters_cover_the_range():
         assert (-128 - p.zero_point) * p.scale <= min(lo, 0) + p.scale / 2
         assert (127 - p.zero_point) * p.scale >= max(hi, 0) - p.scale / 2
     problem = verifier.build_problem("induction_heads", N=3, arith="int8")
-    acts, source = calibrate(problem.model, problem.task)
+    acts, source = calibration.calibrate(problem.model, problem.task)
     assert acts == problem.arith.acts and "all 39 inputs" in source
 
 

@@ -12,12 +12,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # Bottom first.  Each layer is a list of groups; a group is a package or a list of modules.
 LAYERS: list[tuple[str, dict[str, tuple[str, ...]]]] = [
     ("support", {"support": ("verifier.support",)}),
-    ("numbers", {"arithmetic": ("verifier.arithmetic", "verifier.floats")}),
+    ("numbers", {"arithmetic": ("verifier.arithmetic", "verifier.floats", "verifier.int8")}),
     ("data", {"model": ("verifier.model",), "result": ("verifier.result", "verifier.verdicts"),
               "tasks": ("verifier.tasks",)}),
     ("evaluation", {"modelfile": ("verifier.modelfile",),
                     "evaluation": ("verifier.evaluator", "verifier.exact", "verifier.layer0",
-                                   "verifier.locality")}),
+                                   "verifier.locality", "verifier.calibration")}),
     ("builders", {"constructions": ("verifier.constructions",), "smt": ("verifier.smt",)}),
     ("engines", {"engines": ("verifier.engines",), "importers": ("verifier.importers",)}),
     ("runs", {"runs": ("verifier.runs",)}),

@@ -37,9 +37,8 @@ from typing import Optional
 
 import numpy as np
 
-from .arithmetic import Ctx, Float64Values, Real, Recorder
+from .arithmetic import Ctx, Float64Values, Recorder
 from .floats import FloatArith, div_odd, float_format, fraction_odd
-from .model import Model
 from .support.errors import InputError
 
 FP32 = float_format("fp32")
@@ -48,7 +47,6 @@ W_MAX = 127  # a weight's codes are symmetric: -127 .. 127
 INT32_MAX = (1 << 31) - 1
 ADD_LEFT_SHIFT = 20  # TFLite's ADD for int8
 ATTN_SCALE = 1.0 / 256  # softmax's output: uint8, scale 1/256, zero point 0
-CALIBRATION_CAP = 1 << 16  # inputs: beyond, the first CALIBRATION_CAP in enumeration order
 INT8_HELP = "int8 (weights per output channel) or int8:tensor (one weight scale per tensor)"
 
 
@@ -165,7 +163,7 @@ class Op:
     bias: Optional[str] = None
 
 
-def graph(model: Model) -> dict[str, Op]:
+def graph(model) -> dict[str, Op]:
     """Every operation the evaluator calls on the int8 arithmetic, by name.  The heads of a layer
     write one tensor ``L{l}.H*.out`` (their concatenation has one scale, as TFLite's CONCATENATION
     requires)."""
@@ -203,68 +201,12 @@ def graph(model: Model) -> dict[str, Op]:
     return ops
 
 
-def activation_names(model: Model) -> list[str]:
+def activation_names(model) -> list[str]:
     """The tensors that carry an activation scale and zero point, in the order of the computation."""
     return list(dict.fromkeys(op.output for op in graph(model).values()))
 
 
-# -- calibration -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Calibrating(Real):
-    """The float64 model, recording the range of every operation's output by the tensor it writes."""
-
-    ops: dict = field(default_factory=dict, compare=False)
-    seen: dict = field(default_factory=dict, compare=False)
-
-    def _see(self, name: str, y: np.ndarray, present: Optional[np.ndarray] = None) -> np.ndarray:
-        vals = y if present is None else y[np.broadcast_to(present, y.shape)]
-        if vals.size:
-            key = self.ops[name].output
-            lo, hi = self.seen.get(key, (math.inf, -math.inf))
-            self.seen[key] = (min(lo, float(vals.min())), max(hi, float(vals.max())))
-        return y
-
-    def lin(self, W, x, b, ctx, name):
-        return self._see(name, super().lin(W, x, b, ctx, name))
-
-    def lin_gathered(self, Wg, xg, b, ctx, name):
-        return self._see(name, super().lin_gathered(Wg, xg, b, ctx, name))
-
-    def scores(self, q, k, ctx, name, mask=None):
-        return self._see(name, super().scores(q, k, ctx, name), mask)
-
-    def mix(self, w, v, ctx, name):
-        return self._see(name, super().mix(w, v, ctx, name))
-
-    def add(self, x, y, ctx, name):
-        return self._see(name, super().add(x, y, ctx, name))
-
-    def mean_heads(self, outs, ctx, name):
-        return self._see(name, super().mean_heads(outs, ctx, name))
-
-
-def calibrate(model: Model, task) -> tuple[dict[str, TensorQuant], str]:
-    """Per activation tensor, the parameters of its range over the float64 model on the task's
-    inputs (all of them, or the first CALIBRATION_CAP): (params, what was calibrated on)."""
-    from .evaluator import make_evaluator
-    arith = _Calibrating(graph(model))
-    ev = make_evaluator(model, arith, tables=False)
-    total = task.total
-    stop = min(total, CALIBRATION_CAP)
-    with np.errstate(all="ignore"):  # a float64 overflow is refused below
-        for batch in task.batches(0, stop, ev.batch_size):
-            if len(batch.tokens):
-                ev.forward(batch.tokens)
-    wild = next((k for k, (lo, hi) in arith.seen.items() if not (math.isfinite(lo) and math.isfinite(hi))), None)
-    if wild is not None:
-        raise InputError(f"int8: tensor {wild} of the float64 model is not finite on the calibration inputs; it has "
-                         f"no int8 range (give its scales in the model file)")
-    acts = {name: choose_params(*arith.seen.get(name, (0.0, 0.0))) for name in activation_names(model)}
-    which = f"all {total:,} inputs of the task" if stop == total else f"the first {stop:,} of {total:,} inputs"
-    return acts, f"calibrated: min/max of the float64 model over {which}, widened to include 0"
-
-
-def check_params(acts: dict, model: Model, where: str) -> dict[str, TensorQuant]:
+def check_params(acts: dict, model, where: str) -> dict[str, TensorQuant]:
     """Activation parameters (a TensorQuant or a pair (scale, zero point) by tensor), checked: every
     tensor of the model named, each scale a positive finite fp32 value, each zero point an integer
     in [-128, 127]."""
@@ -317,20 +259,18 @@ class Int8Arith(Float64Values):
             raise InputError(f"overflow must be saturate or error, got {self.overflow!r}")
 
     # -- binding to a model ----------------------------------------------------------------------
-    def bind(self, model, task=None, acts: Optional[dict] = None) -> "Int8Arith":
-        """This arithmetic with the scales of `model`: weight scales from its weights, activation
-        parameters from `acts` (checked), the model's own (a model file's quantization member), or
-        a calibration on `task`'s inputs.  Refuses, before any work, a model whose int32
-        accumulators could overflow."""
-        if not isinstance(model, Model):
+    def bind(self, model, acts: Optional[dict] = None, source: str = "given") -> "Int8Arith":
+        """This arithmetic with the scales of `model` (a transformer): weight scales from its weights,
+        activation parameters from `acts` (checked; `source` says where they come from, e.g.
+        `calibration.calibrate`), else the model's own (a model file's quantization member).  Refuses,
+        before any work, a model whose int32 accumulators could overflow."""
+        if getattr(model, "layers", None) is None:
             raise InputError("int8 decides transformer models; a recurrent model has no int8 recipe here")
         if acts is not None:
-            acts, source = check_params(acts, model, "activation scales"), "given"
+            acts = check_params(acts, model, "activation scales")
         elif model.quantization is not None:
             acts = check_params(model.quantization, model, "the model's quantization")
             source = "from the model file's quantization member"
-        elif task is not None:
-            acts, source = calibrate(model, task)
         else:
             raise InputError("int8 needs activation scales: a model file's quantization member, or a task to "
                              "calibrate on")
@@ -348,7 +288,7 @@ class Int8Arith(Float64Values):
     def _scale_in(self, key: str) -> TensorQuant:
         return TensorQuant(ATTN_SCALE, 0) if key == "softmax" else self.acts[key]
 
-    def _bind_op(self, name: str, op: Op, arrays: dict, model: Model) -> Optional[_Lin]:
+    def _bind_op(self, name: str, op: Op, arrays: dict, model) -> Optional[_Lin]:
         """The requantization of a linear map, dot product, value mix or head mean, and the int32
         bound of its accumulator (refused at 2^31)."""
         out = self.acts[op.output]
@@ -418,7 +358,7 @@ class Int8Arith(Float64Values):
     def check_model(self, model) -> None:
         """Bound, and to this model's tensors."""
         self._unbound()
-        if not isinstance(model, Model) or set(activation_names(model)) != set(self.acts):
+        if getattr(model, "layers", None) is None or set(activation_names(model)) != set(self.acts):
             raise InputError("int8: these scales were set for another model (bind the format to this one)")
 
     # -- parameters ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .. import calibration
 from ..arithmetic import Fixed, make_format, parse_format
 from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
@@ -85,7 +86,7 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
                          "they do not apply to --model")
     fitted, t = check_compatible(model, t)
     if isinstance(arith, Int8Arith) and arith.acts is None:
-        arith = arith.bind(fitted, t)  # its scales: the model file's, or calibrated on the task's inputs
+        arith = calibration.bind(arith, fitted, t)  # its scales: the model file's, or calibrated on the task's
     arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
     return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
 
@@ -110,7 +111,7 @@ def build_construction(task: str, *, N: int, arith: Optional[str] = None, f: Opt
         kc = make_format(arith, N=t.N, p=31, f=f).kc(t.N)
     model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, kc)
     if isinstance(fmt, Int8Arith):
-        model.quantization = fmt.bind(*check_compatible(model, t)).acts
+        model.quantization = calibration.bind(fmt, *check_compatible(model, t)).acts
     return model
 
 
