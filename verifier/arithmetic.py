@@ -624,7 +624,7 @@ def parse_format(spec: Optional[str]) -> tuple[str, object]:
 
 def make_format(spec: Optional[str] = None, *, N: Optional[int] = None, p: Optional[int] = None,
                 f: Optional[int] = None, rounding: Optional[str] = None, overflow: Optional[str] = None,
-                accumulate: str = "product") -> "Fixed | FloatArith":
+                accumulate: str = "product") -> "Format":
     """The format a command line or a spec names (`FORMAT_HELP`); b2 is at the task's size N.
     --p and --f belong to fx: with another format they are a conflict, refused here.  Rounding and
     overflow default to floor and saturate for fixed point; for a float format to nearest (ties to
@@ -732,7 +732,9 @@ class Real(Float64Values):
 
 if TYPE_CHECKING:
     from .floats import FloatArith
-Arithmetic = Union[Fixed, Real, "FloatArith"]
+    from .int8 import Int8Arith
+Arithmetic = Union[Fixed, Real, "FloatArith", "Int8Arith"]
+Format = Union[Fixed, "FloatArith", "Int8Arith"]  # what a verdict is decided in (`make_format`)
 
 
 def threshold_code(theta: float | Fraction, fx: Fixed) -> int:

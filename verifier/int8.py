@@ -248,7 +248,7 @@ class Int8Arith(Float64Values):
 
     per_channel: bool = True
     overflow: str = "saturate"
-    acts: Optional[dict] = field(default=None, compare=False)  # tensor name -> TensorQuant
+    acts: dict = field(default_factory=dict, compare=False)  # tensor name -> TensorQuant; empty: unbound
     source: str = ""  # where the activation parameters come from
     ops: dict = field(default_factory=dict, compare=False, repr=False)
     wscale: dict = field(default_factory=dict, compare=False, repr=False)  # weight name -> scale per row
@@ -323,7 +323,7 @@ class Int8Arith(Float64Values):
         return _Lin(M0, shift, None if bias is None else bias.astype(np.int64), out)
 
     def _unbound(self) -> None:
-        if self.acts is None:
+        if not self.acts:
             raise InputError("int8 needs its scales: build the problem (verifier.build_problem) to set them")
 
     # -- the format, as the verdicts and the engines read it ---------------------------------
@@ -340,14 +340,14 @@ class Int8Arith(Float64Values):
 
     def scales_sha256(self) -> str:
         """A fingerprint of the activation parameters (the verdict cache keys runs by it)."""
-        data = {k: [v.scale, v.zero_point] for k, v in (self.acts or {}).items()}
+        data = {k: [v.scale, v.zero_point] for k, v in self.acts.items()}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def describe(self) -> dict:
         return {"format": "int8", "weights": "per-channel" if self.per_channel else "per-tensor",
                 "overflow": self.overflow, "accumulate": "int32", "softmax": "fp32", "scales": self.source,
                 "scales_sha256": self.scales_sha256(), "bits": 8, "rounding": "nearest (ties away from zero)",
-                "step": min((v.scale for v in (self.acts or {}).values()), default=1.0)}
+                "step": min((v.scale for v in self.acts.values()), default=1.0)}
 
     def label(self) -> str:
         return int8_text(self.describe())
@@ -431,7 +431,7 @@ class Int8Arith(Float64Values):
         out = self.acts[op.output]
         s = [self.wscale[k][0] if k in ("E", "P") else self.acts[k].scale for k in op.inputs]
         twice = 2.0 * max(s)
-        acc = 0
+        acc = np.zeros((), dtype=np.int64)
         for v, si in zip((x, y), s):
             M0, shift = quantize_multiplier(np.array(si / twice))
             c = np.rint(np.asarray(v, dtype=np.float64) / si).astype(np.int64)

@@ -110,9 +110,10 @@ def save_model(model: Model | Recurrent, path: str | Path, force: bool = False) 
     if model.residual_rows is not None:
         meta["residual_rows"] = list(model.residual_rows)
         meta["version"] = EXACT_VERSION
-    if getattr(model, "quantization", None) is not None:
+    quantization = getattr(model, "quantization", None)
+    if quantization is not None:
         meta["quantization"] = {"activations": {k: {"scale": v.scale, "zero_point": v.zero_point}
-                                                for k, v in model.quantization.items()}}
+                                                for k, v in quantization.items()}}
         meta["version"] = EXACT_VERSION
     if isinstance(model, Recurrent):
         meta["recurrent"] = {"hidden": model.d}
@@ -201,6 +202,7 @@ def load_model(path: str | Path) -> Model | Recurrent:
     if unexpected:
         raise InputError(f"{source}: unexpected array{'s' if len(unexpected) > 1 else ''} "
                          f"{', '.join(repr(a) for a in unexpected)} (not named by the metadata)")
+    model: Model | Recurrent
     if "recurrent" in meta:
         model = Recurrent(*recurrent, readout, vocab, info)
         if model.d != meta["recurrent"]["hidden"]:
@@ -219,6 +221,8 @@ def load_model(path: str | Path) -> Model | Recurrent:
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
     if "quantization" in meta:
+        if not isinstance(model, Model):
+            raise InputError(f"{source}: meta 'quantization': int8 has no recipe for a recurrent model")
         acts = {k: (v["scale"], v["zero_point"]) for k, v in meta["quantization"]["activations"].items()}
         model.quantization = check_params(acts, model, f"{source}: meta 'quantization'")
     model.source = str(path)

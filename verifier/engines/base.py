@@ -11,9 +11,8 @@ from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
-from ..arithmetic import Fixed
+from ..arithmetic import Fixed, Format
 from ..evaluator import Judged, make_evaluator
-from ..floats import FloatArith
 from ..int8 import Int8Arith
 from ..model import Model, Recurrent
 from ..support.budget import Deadline
@@ -28,7 +27,7 @@ class Problem:
 
     task: Task
     model: Model | Recurrent
-    arith: "Fixed | FloatArith"  # FX(p, f), another grid (`verifier.arithmetic`) or a float format (`verifier.floats`)
+    arith: Format  # FX(p, f), another grid (`verifier.arithmetic`), a float format (`verifier.floats`) or int8
     built_in: bool = False  # the model is a built-in construction, built for this problem
     weights_sha256: Optional[str] = None  # of the model as given, when its readout rows were put in class order
     _generic: Any = field(default=None, init=False, repr=False, compare=False)

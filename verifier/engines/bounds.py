@@ -359,7 +359,8 @@ class Bounds:
         result = EngineResult(Status.COMPLETE, 0, [])
         stats = _Stats()
         done = 0
-        run, pending = None, None  # the batch being decided
+        run: Optional[_Run] = None
+        pending: Optional[list[Case]] = None  # the batch being decided
         try:
             require_memory(MEMORY, "the bounds engine's working set")
             run = _Run(problem, opts, stats)
@@ -380,7 +381,8 @@ class Bounds:
         except KeyboardInterrupt:
             result.status = Status.INTERRUPTED
         case = None
-        if pending is not None and run.cases is pending:  # the cases of the batch decided, and its failures
+        # the cases of the batch decided, and its failures
+        if pending is not None and run is not None and run.cases is pending:
             # cases fixing the last position's answer cover the inputs of their length together
             k = run.settled() if problem.model.readout.positions == "last" else 0
             result.covered += sum(c.count for c in pending[:k])

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import calibration
-from ..arithmetic import Fixed, make_format, parse_format
+from ..arithmetic import Fixed, Format, make_format, parse_format
 from ..constructions import CONSTRUCTIONS
 from ..engines import ENGINES, EngineResult, Found, Problem, RunOptions, Tick, decide, plan
 from ..evaluator import Evaluator, Outputs, RecurrentEvaluator, make_evaluator, read_from, reference, trace
@@ -56,7 +56,7 @@ class Traced:
 
 def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = None, p: Optional[int] = None,
                   f: Optional[int] = None, rounding: Optional[str] = None, overflow: Optional[str] = None,
-                  accumulate: str = "product", arith: "str | Fixed | FloatArith | None" = None,
+                  accumulate: str = "product", arith: "str | Format | None" = None,
                   variant: Optional[str] = None, k: Optional[int] = None, eta: Optional[float] = None, seed: int = 0,
                   model: Optional[Model | Recurrent] = None, **task_options) -> Problem:
     """The task at size N (with its options, e.g. ``sigma=4``), the arithmetic, and the built-in
@@ -75,20 +75,20 @@ def build_problem(task: "str | Task" = "index_lookup", *, N: Optional[int] = Non
         raise InputError("a task object has its size and options already; give neither N nor options")
     else:
         t = task
-    arith = _format(arith, getattr(t, "N", None), p, f, rounding, overflow, accumulate)
+    fmt = _format(arith, getattr(t, "N", None), p, f, rounding, overflow, accumulate)
     built_in = model is None
     if built_in:
         if t.name not in CONSTRUCTIONS:
             raise InputError(f"{t.name} has no built-in construction; give a model (--model)")
-        model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, arith.kc(t.N))
+        model = CONSTRUCTIONS[t.name].build(t, variant, k, eta, seed, fmt.kc(t.N))
     elif (k, eta, variant) != (None, None, None):
         raise InputError("--variant, --k and --eta set a built-in construction's parameters; "
                          "they do not apply to --model")
     fitted, t = check_compatible(model, t)
-    if isinstance(arith, Int8Arith) and arith.acts is None:
-        arith = calibration.bind(arith, fitted, t)  # its scales: the model file's, or calibrated on the task's
-    arith.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
-    return Problem(t, fitted, arith, built_in, None if fitted is model else weights_sha256(model))
+    if isinstance(fmt, Int8Arith) and not fmt.acts:
+        fmt = calibration.bind(fmt, fitted, t)  # its scales: the model file's, or calibrated on the task's
+    fmt.check_model(fitted)  # a format int64 cannot hold (or softmax cannot run in) fails now, not in the engine
+    return Problem(t, fitted, fmt, built_in, None if fitted is model else weights_sha256(model))
 
 
 def build_construction(task: str, *, N: int, arith: Optional[str] = None, f: Optional[int] = None,
@@ -96,7 +96,7 @@ def build_construction(task: str, *, N: int, arith: Optional[str] = None, f: Opt
                        seed: int = 0, **task_options) -> Model:
     """The built-in construction of `task` at size N, as `verify export` writes it: built for the Kc
     of FX's f (p does not enter Kc) or of another format `arith` at N; for neither, its default.
-    With an int8 format it carries the activation scales calibrated on the task (`int8.calibrate`)."""
+    With an int8 format it carries the activation scales calibrated on the task (`calibration.calibrate`)."""
     t = make_task(canonical(task), N=N, **task_options)
     if t.name not in CONSTRUCTIONS:
         raise InputError(f"{t.name} has no built-in construction to export")
@@ -135,7 +135,7 @@ def check_sizes(task: str, Ns: list[int], *, model: Optional[Model | Recurrent] 
 
 
 def _format(arith, N: int, p, f, rounding: Optional[str], overflow: Optional[str],
-            accumulate: str) -> "Fixed | FloatArith":
+            accumulate: str) -> Format:
     """The problem's format: a format object as given (with no FX option beside it), or the one
     `make_format` reads from a name (None: FX(p, f))."""
     if isinstance(arith, (Fixed, FloatArith, Int8Arith)):

@@ -69,8 +69,7 @@ def format_table(task: "str | Task", Ns: list[int], formats: list[str], *, model
         for f in formats:
             deadline = Deadline(timeout)
             with deadline.enforced():
-                bits = {"p": p} if parse_format(f)[0] == "fx" else {}
                 built = api.build_problem(task, N=N if isinstance(task, str) else None, arith=f, model=model,
-                                          **bits, **problem)
+                                          p=p if parse_format(f)[0] == "fx" else None, **problem)
             table.results[N, f] = api.run(built, engine, deadline=deadline)
     return table
