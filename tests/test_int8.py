@@ -351,3 +351,14 @@ def test_overflow_error_fails_the_inputs_that_saturate(i):
     want = [bool(ref_int8_forward(problem.model, arith.acts, True, [int(t) for t in row])[1]) for row in batch.tokens]
     assert list(ovf) == want
     assert "overflow=error" in arith.label()
+
+
+def test_a_recurrent_model_file_with_scales_is_an_input_error(tmp_path, capsys):
+    """A recurrent model has no int8 recipe: scales in its file are refused in one line, exit 2, before
+    they could reach the transformer's tensor graph."""
+    src = save_model(verifier.build_problem("dyck22", N=4, p=8, variant="recurrent").model, tmp_path / "rnn.npz")
+    dst = edit_model_file(src, tmp_path / "bad.npz",
+                          meta=lambda m: m.update(version=3, quantization={"activations": {
+                              "embed": {"scale": 0.5, "zero_point": 0}}}))
+    code, out, err = run(capsys, "run", "--model", str(dst), "--task", "dyck22", "--N", "4", "--p", "8")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "recurrent" in err, err

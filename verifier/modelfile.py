@@ -221,8 +221,7 @@ def load_model(path: str | Path) -> Model | Recurrent:
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
     if "quantization" in meta:
-        if not isinstance(model, Model):
-            raise InputError(f"{source}: meta 'quantization': int8 has no recipe for a recurrent model")
+        assert isinstance(model, Model)  # the metadata check refuses quantization beside "recurrent"
         acts = {k: (v["scale"], v["zero_point"]) for k, v in meta["quantization"]["activations"].items()}
         model.quantization = check_params(acts, model, f"{source}: meta 'quantization'")
     model.source = str(path)
