@@ -1,12 +1,14 @@
 """Which formats prove a task: one verdict per (N, format), formats in the order given, and the
-counterexample of each format that fails (``verify sweep TASK --N 2..16 --format bf16,fp16,e4m3,e5m2``)."""
+counterexample of each format that fails (``verify sweep TASK --N 2..16 --format bf16,fp16,e4m3,e5m2``);
+the smallest format that proves, and the counterexample of the one just below it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
-from ..arithmetic import parse_format
+from ..arithmetic import Fixed, parse_format
+from ..floats import FloatArith
 from ..model import Model, Recurrent
 from ..result import Result
 from ..support.budget import Deadline
@@ -22,6 +24,26 @@ class FormatTable:
     task: str
     formats: list[str]
     results: dict[tuple[int, str], Result] = field(default_factory=dict)
+    bits: dict[str, int] = field(default_factory=dict)  # each format's bits per stored number
+
+    @property
+    def ladder(self) -> list[str]:
+        """The formats from the cheapest: fewer bits per stored number first, ties in the order given."""
+        return sorted(self.formats, key=lambda f: self.bits.get(f, 0))
+
+    def smallest(self, N: int, among: Optional[Sequence[str]] = None) -> tuple[Optional[str], Optional[str]]:
+        """The cheapest format (of `among`, default all) that proves at N and the format just below it
+        on the ladder, whose run holds its counterexample (None: it is the cheapest).  Undecided when
+        a cheaper run ended unknown: None and that format (its run holds its coverage); when none
+        proves: None and the top of the ladder."""
+        ladder = [f for f in self.ladder if (N, f) in self.results and (among is None or f in among)]
+        for i, f in enumerate(ladder):
+            verdict = self.results[N, f].verdict
+            if verdict == "proved":
+                return f, ladder[i - 1] if i else None
+            if verdict != "refuted":
+                return None, f
+        return None, ladder[-1] if ladder else None
 
     @property
     def Ns(self) -> list[int]:
@@ -43,7 +65,7 @@ class FormatTable:
         return out
 
     def to_json(self) -> dict:
-        return {"task": self.task, "formats": self.formats,
+        return {"task": self.task, "formats": self.formats, "bits": self.bits,
                 "runs": [{"N": N, "format": f, **r.to_json()} for (N, f), r in self.results.items()]}
 
     @property
@@ -52,22 +74,26 @@ class FormatTable:
         return 3 if any(r.verdict == "unknown" for r in self.results.values()) else 0
 
 
-def format_table(task: "str | Task", Ns: list[int], formats: list[str], *, model: Optional[Model | Recurrent] = None,
-                 engine: str = "auto", timeout: Optional[float] = None, **problem) -> FormatTable:
+def format_table(task: "str | Task", Ns: list[int], formats: "Sequence[str] | Mapping[str, str | Fixed | FloatArith]",
+                 *, model: Optional[Model | Recurrent] = None, engine: str = "auto", timeout: Optional[float] = None,
+                 **problem) -> FormatTable:
     """Decide the task (the built-in construction, or `model`) at every N of `Ns` in every format of
-    `formats` (names as --format takes them; all are parsed before any run).  `timeout`: seconds
-    for each run; `problem`: `api.build_problem`'s other arguments."""
+    `formats`: names as --format takes them, or a map from a column's name to a name or a format
+    object (FX(16, 8) beside bf16, say); all are parsed before any run.  `timeout`: seconds for each
+    run; `problem`: `api.build_problem`'s other arguments."""
     if not formats:
         raise InputError("give at least one format")
-    for f in formats:
-        parse_format(f)
-    name = task if isinstance(task, str) else task.name
-    table = FormatTable(name, list(formats))
+    given = dict(formats) if isinstance(formats, Mapping) else {f: f for f in formats}
+    for f in given.values():
+        if not isinstance(f, (Fixed, FloatArith)):
+            parse_format(f)
+    table = FormatTable(task if isinstance(task, str) else task.name, list(given))
     for N in Ns:
-        for f in formats:
+        for name, f in given.items():
             deadline = Deadline(timeout)
             with deadline.enforced():
                 built = api.build_problem(task, N=N if isinstance(task, str) else None, arith=f, model=model,
                                           **problem)
-            table.results[N, f] = api.run(built, engine, deadline=deadline)
+            table.bits[name] = built.arith.bits
+            table.results[N, name] = api.run(built, engine, deadline=deadline)
     return table

@@ -1,0 +1,99 @@
+"""The smallest format (`FormatTable.smallest` on the ladder of bits), and `python3 -m tools.formats`:
+its rows, where a row stops, the cost against FX(p*), and the regions it renders."""
+
+import dataclasses
+import json
+
+import pytest
+
+import tools.formats as tool
+from tools.generated import render_regions
+from verifier.arithmetic import FixedPoint
+from verifier.runs.formats import format_table
+
+
+def test_the_smallest_format_is_the_cheapest_that_proves_and_the_one_below_holds_the_counterexample():
+    table = format_table("dyck22", [4], ["fp16", "e5m2", "bf16", "e4m3"])
+    assert table.bits == {"fp16": 16, "e5m2": 8, "bf16": 16, "e4m3": 8}
+    assert table.ladder == ["e5m2", "e4m3", "fp16", "bf16"]  # fewer bits first, ties in the order given
+    smallest, below = table.smallest(4)
+    assert table.results[4, "e4m3"].verdict == table.results[4, "e5m2"].verdict == "refuted"
+    assert (smallest, below) == ("fp16", "e4m3") and table.results[4, below].counterexamples
+    assert table.smallest(4, among=["bf16", "e4m3"]) == ("bf16", "e4m3")
+    assert table.smallest(4, among=["e4m3", "e5m2"]) == (None, "e4m3")  # none proves: the top of the ladder
+    table.results[4, "e4m3"] = dataclasses.replace(table.results[4, "e4m3"], verdict="unknown")
+    assert table.smallest(4) == (None, "e4m3")  # undecided: e4m3 might prove
+
+
+def test_fixed_point_sits_on_the_ladder_by_its_bits():
+    table = format_table("dyck22", [2], {"FX(16,8)": FixedPoint(16, 8), "e4m3": "e4m3", "FX(3,1)": FixedPoint(3, 1)})
+    assert table.bits == {"FX(16,8)": 16, "e4m3": 8, "FX(3,1)": 3}
+    assert table.ladder == ["FX(3,1)", "e4m3", "FX(16,8)"]
+    assert table.results[2, "FX(3,1)"].verdict == "refuted"
+    assert table.smallest(2) == ("e4m3", "FX(3,1)")
+    assert table.results[2, "FX(16,8)"].arithmetic["p"] == 16
+
+
+@pytest.fixture
+def two_formats(monkeypatch):
+    """The tool with two fixed formats beside FX(p*), so its code paths run in a few runs."""
+    monkeypatch.setattr(tool, "FORMATS", {"e5m2": "e5m2", "FX(8,4)": FixedPoint(8, 4), tool.P_STAR: None})
+
+
+def test_a_row_runs_every_format_at_each_N_with_the_construction_p_star(two_formats):
+    group = tool.run(tool.Spec("t", "Dyck", "dyck22", [2, 4], start=5), timeout=30, cache=None)
+    assert [r["N"] for r in group["rows"]] == [2, 4] and group["stop"] is None
+    two, four = group["rows"]
+    assert two["p_star"] == 5 and four["p_star"] > 5  # docs/results/frontier-dyck22.json: 5, 11
+    assert four["cells"][tool.P_STAR]["verdict"] == "proved" and four["cells"][tool.P_STAR]["format"]["p"] == four["p_star"]
+    assert four["cells"]["e5m2"]["verdict"] == "refuted" and four["cells"]["e5m2"]["counterexample"]
+    assert (two["smallest"], two["below"]) == ("e5m2", None)
+    assert (four["smallest"], four["below"]) == (None, "FX(8,4)")  # no fixed format proves: the top one's counterexample
+    data = {"formats": list(tool.FORMATS), "groups": [group], "cost": tool.cost([group]),
+            "made_by": {"command": "test", "timeout": 30, "seconds": 1}}
+    ratios = data["cost"]["by_row"]["Dyck"]
+    assert ratios["N"] == 4 and "e5m2" not in ratios  # refuted: it stopped at its counterexample
+    line = tool.summary(data).splitlines()[2]
+    assert line == f"| Dyck | 2, 4 | P R | P R | P P | e5m2, none | FX(8,4): {four['cells']['FX(8,4)']['short']} |"
+    assert four["cells"]["FX(8,4)"]["counterexample"] in tool.page(data)
+
+
+def test_a_row_stops_after_the_first_unknown_and_when_its_budget_is_spent(two_formats):
+    stopped = tool.run(tool.Spec("t", "equality", "equality", [2, 16, 32], start=3), timeout=0.5, cache=None)
+    assert [r["N"] for r in stopped["rows"]] == [2, 16]
+    assert stopped["stop"] == "a run at N = 16 ended unknown within 0.5 s"
+    unknown = stopped["rows"][1]["cells"]["e5m2"]
+    assert unknown["verdict"] == "unknown" and unknown["covered"] < unknown["total"] == 2 ** 16
+    assert "U " in tool.page({"groups": [stopped], "cost": tool.cost([stopped]),
+                              "made_by": {"command": "test", "timeout": 0.5, "seconds": 1}})
+    spent = tool.run(tool.Spec("t", "equality", "equality", [2], budget=1e-6), timeout=5, cache=None)
+    assert spent["rows"] == [] and spent["stop"] == "the budget of 1e-06 s ran out before N = 2"
+
+
+def test_the_cost_is_each_proved_runs_time_over_fx_p_star_and_the_median():
+    def cells(**seconds):
+        return {f: {"verdict": "refuted" if s is None else "proved", "seconds": s or 0.01} for f, s in seconds.items()}
+    groups = [{"label": "a", "rows": [{"N": 2, "cells": cells(**{tool.P_STAR: 1.0, "bf16": 9.0})},
+                                      {"N": 4, "cells": cells(**{tool.P_STAR: 2.0, "bf16": 6.0, "e4m3": None})}]},
+              {"label": "b", "rows": [{"N": 2, "cells": cells(**{tool.P_STAR: 1.0, "bf16": 2.0, "e4m3": 5.0})}]}]
+    found = tool.cost(groups)
+    assert found["by_row"] == {"a": {"N": 4, "bf16": 3.0}, "b": {"N": 2, "bf16": 2.0, "e4m3": 5.0}}
+    assert found["median"] == {"e4m3": 5.0, "bf16": 2.5}
+
+
+def test_the_saved_run_renders_the_readme_region_and_the_full_page():
+    saved = json.loads((tool.ROOT / tool.PATH).read_text())
+    region = render_regions(f"<!-- generated: formats {tool.PATH} -->\nstale\n<!-- end generated -->")
+    assert region.splitlines()[2:-2] == tool.summary(saved).splitlines()
+    assert len(tool.summary(saved).splitlines()) == 2 + len(saved["groups"]) + 2
+    full = render_regions(f"<!-- generated: format_cells {tool.PATH} -->\n<!-- end generated -->")
+    for g in saved["groups"]:
+        assert f"### {g['label']}" in full
+        assert all(c["counterexample"] in full for r in g["rows"] for c in r["cells"].values() if c["counterexample"])
+    assert {s.name for s in tool.SPECS} == {g["name"] for g in saved["groups"]}
+
+
+def test_the_tool_refuses_an_unknown_row(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        tool.main(["--only", "nope"])
+    assert exit_.value.code == 2 and "unknown row nope" in capsys.readouterr().err
