@@ -86,21 +86,28 @@ SPECS = [
 
 
 def cell(r: Result, bits: int) -> dict:
-    """One run, as the tables show it: the verdict, engine, coverage, time and the replayed counterexample."""
+    """One run, as the tables show it: the verdict, engine, coverage, time and the replayed
+    counterexample (a tie among many answers cut to LONGEST characters: the run has them all)."""
     c = r.counterexamples[0] if r.counterexamples else None
     return {"verdict": r.verdict, "engine": r.engine, "format": r.arithmetic, "bits": bits, "covered": r.covered,
             "total": r.total, "seconds": round(r.seconds, 3), "reason": r.reason,
-            "counterexample": c.line() if c else None,
-            "short": f"`{c.input}` ({c.reason}: expected {c.expected}, got {c.produced}"
+            "counterexample": _cut(c.line(), LONGEST) if c else None,
+            "short": f"`{c.input}` ({c.reason}: expected {c.expected}, got {_cut(c.produced, 60)}"
                      f"{'' if c.position is None else f' at position {c.position}'})" if c else None}
+
+
+LONGEST = 400
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most].rsplit(" ", 1)[0] + " ..."
 
 
 def row(N: int, table: FormatTable, p_star: Optional[int]) -> dict:
     """The runs at N: every cell, p*, the smallest format and the one just below it."""
     smallest, below = table.smallest(N, among=[f for f in FORMATS if f != P_STAR])
-    first = table.results[N, table.formats[0]]  # the task and construction of every cell (a float has no Kc)
-    return {"N": N, "p_star": p_star, "smallest": smallest, "below": below, "task": first.task,
-            "params": first.params,
+    first = table.results[N, table.formats[0]]  # the construction of every cell (a float has no Kc)
+    return {"N": N, "p_star": p_star, "smallest": smallest, "below": below, "params": first.params,
             "cells": {f: cell(table.results[N, f], table.bits[f]) for f in table.formats if (N, f) in table.results}}
 
 
@@ -225,9 +232,9 @@ def page(data: dict) -> str:
             out += [f"Stopped: {g['stop']}.", ""]
         engines = sorted({c["engine"] for r in g["rows"] for c in r["cells"].values()})
         out += [f"Engines: {', '.join(engines)}.", ""]
-        out += [f"* N = {r['N']}, {f}: {c['counterexample']}" for r in g["rows"] for f, c in r["cells"].items()
-                if c["counterexample"]]
-        out.append("")
+        found = [f"* N = {r['N']}, {f}: {c['counterexample']}" for r in g["rows"] for f, c in r["cells"].items()
+                 if c["counterexample"]]
+        out += [*found, ""] if found else []
     out += ["### Cost against FX(p*)", "", "Time of each format's run over FX(p*)'s, at the row's largest N where "
             "both proved (every input covered):", "",
             f"| row | N | {' | '.join(f for f in FORMATS if f != P_STAR)} |",
