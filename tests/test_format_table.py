@@ -5,6 +5,7 @@ import dataclasses
 import json
 
 import pytest
+from helpers import run as verify
 
 import tools.formats as tool
 from tools.generated import render_regions
@@ -32,6 +33,62 @@ def test_fixed_point_sits_on_the_ladder_by_its_bits():
     assert table.results[2, "FX(3,1)"].verdict == "refuted"
     assert table.smallest(2) == ("e4m3", "FX(3,1)")
     assert table.results[2, "FX(16,8)"].arithmetic["p"] == 16
+
+
+def _smallest_lines(out: str) -> dict[int, str]:
+    return {int(line[2:line.index(":")]): line for line in out.splitlines() if line.startswith("N=") and ": " in line
+            and line[2:line.index(":")].isdigit()}
+
+
+def test_the_sweep_prints_the_smallest_format_at_each_N_and_the_counterexample_just_below_it(capsys, tmp_path):
+    """verify sweep --format, for a construction and a model file: at each N the smallest format (a
+    column, and a line with the counterexample of the format just below it), in the text and --json."""
+    table = format_table("dyck22", [3, 4], ["bf16", "e4m3", "e5m2"])
+    assert table.results[4, "e4m3"].verdict == table.results[4, "e5m2"].verdict == "refuted"
+    below = table.results[4, "e5m2"].counterexamples[0].line()  # e5m2: after e4m3 on the ladder (8 bits each)
+    code, out, err = verify(capsys, "sweep", "dyck22", "--N", "3..4", "--format", "bf16,e4m3,e5m2")
+    assert code == 0, err
+    assert [line.split()[-1] for line in out.splitlines()[2:4]] == ["e4m3", "bf16"]  # the smallest column
+    lines = _smallest_lines(out)
+    assert lines == {3: "N=3: smallest e4m3 (8 bits), the cheapest format given",
+                     4: f"N=4: smallest bf16 (16 bits); just below it, e5m2 (8 bits): {below}"}
+    assert f"N=4 e4m3: {table.results[4, 'e4m3'].counterexamples[0].line()}" in out  # the other failure
+    code, out, _ = verify(capsys, "sweep", "dyck22", "--N", "3..4", "--format", "bf16,e4m3,e5m2", "--json")
+    assert json.loads(out)["smallest"] == [
+        {"N": 3, "smallest": "e4m3", "label": "e4m3", "below": None, "counterexample": None},
+        {"N": 4, "smallest": "bf16", "label": "bf16", "below": "e5m2", "counterexample": below}]
+    model = tmp_path / "dyck4.npz"
+    assert verify(capsys, "export", "dyck22", "--N", "4", "-o", model)[0] == 0
+    code, out, err = verify(capsys, "sweep", "--task", "dyck22", "--model", model, "--N", "4", "--format",
+                            "e5m2,fp16")
+    assert code == 0, err
+    assert _smallest_lines(out) == {4: f"N=4: smallest fp16 (16 bits); just below it, e5m2 (8 bits): {below}"}
+
+
+def test_the_smallest_line_when_no_format_proves_and_when_a_cheaper_run_is_unknown():
+    table = format_table("dyck22", [4], ["e4m3", "e5m2"])
+    assert table.smallest_line(4) == ("N=4: none of the formats given proves; the largest, e5m2 (8 bits): "
+                                      + table.results[4, "e5m2"].counterexamples[0].line())
+    assert table.label(4) == "none"
+    table.results[4, "e4m3"] = dataclasses.replace(table.results[4, "e4m3"], verdict="unknown", counterexamples=[],
+                                                   covered=7, reason="timeout")
+    assert table.smallest_line(4) == (f"N=4: smallest undecided: a cheaper run ended unknown, e4m3 (8 bits): unknown "
+                                      f"(7 of {table.results[4, 'e4m3'].total:,} inputs covered; timeout)")
+    assert table.label(4) == "?"
+
+
+@pytest.mark.slow
+def test_the_sweep_of_a_tracr_program_prints_its_smallest_format(capsys):
+    pytest.importorskip("tracr")
+    code, out, err = verify(capsys, "sweep", "tracr", "--program", "lib:make_length", "--vocab", "a,b,c",
+                            "--max-len", "3", "--format", "fp16,e4m3")
+    assert code == 0, err
+    table = json.loads(verify(capsys, "sweep", "tracr", "--program", "lib:make_length", "--vocab", "a,b,c",
+                              "--max-len", "3", "--format", "fp16,e4m3", "--json")[1])
+    e4m3 = next(r for r in table["runs"] if r["format"] == "e4m3")
+    assert e4m3["verdict"] == "refuted" and table["smallest"][0]["below"] == "e4m3"
+    assert _smallest_lines(out)[3].startswith("N=3: smallest fp16 (16 bits); just below it, e4m3 (8 bits): "
+                                              f"counterexample #{e4m3['counterexamples'][0]['index']}: ")
 
 
 @pytest.fixture

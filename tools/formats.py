@@ -34,7 +34,7 @@ from tools.transcripts import ROOT
 from verifier.arithmetic import FixedPoint
 from verifier.result import Result
 from verifier.runs.cache import Cache, default_path
-from verifier.runs.formats import FormatTable, format_table
+from verifier.runs.formats import FormatTable, format_table, smallest_label
 from verifier.runs.sweep import descend
 from verifier.support.budget import Deadline
 
@@ -196,9 +196,7 @@ def summary(data: dict) -> str:
 
 def _smallest(r: dict) -> str:
     """The row's smallest format; ? when a cheaper run ended unknown, none when no fixed format proves."""
-    if r["smallest"]:
-        return r["smallest"]
-    return "?" if r["below"] and r["cells"][r["below"]]["verdict"] == "unknown" else "none"
+    return smallest_label(r["smallest"], r["cells"][r["below"]]["verdict"] if r["below"] else None)
 
 
 def _below(c: dict) -> str:

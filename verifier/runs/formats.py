@@ -52,26 +52,71 @@ class FormatTable:
     def proving(self, N: int) -> list[str]:
         return [f for f in self.formats if (N, f) in self.results and self.results[N, f].verdict == "proved"]
 
+    def label(self, N: int) -> str:
+        """The smallest format at N as a table shows it (`smallest_label`)."""
+        smallest, below = self.smallest(N)
+        return smallest_label(smallest, self.results[N, below].verdict if below else None)
+
+    def smallest_line(self, N: int) -> str:
+        """The smallest format at N and what the format just below it did: its counterexample (replayed)
+        or, when it ended unknown, its coverage."""
+        smallest, below = self.smallest(N)
+        if below is None:
+            return f"N={N}: smallest {smallest} ({self.bits[smallest]} bits), the cheapest format given"
+        then = f"{below} ({self.bits[below]} bits): {outcome(self.results[N, below])}"
+        if smallest is not None:
+            return f"N={N}: smallest {smallest} ({self.bits[smallest]} bits); just below it, {then}"
+        if self.results[N, below].verdict == "refuted":
+            return f"N={N}: none of the formats given proves; the largest, {then}"
+        return f"N={N}: smallest undecided: a cheaper run ended unknown, {then}"
+
     def lines(self) -> list[str]:
+        """The verdict of every (N, format) with the smallest format by N; at each N the smallest format
+        and the counterexample just below it, then the counterexamples of the other formats that fail."""
         widths = [max(len(f), 7) for f in self.formats]  # 7: "refuted"
-        out = [f"formats for {self.task} (verdict per N and format; the arithmetic of each run: --json)",
-               f"{'N':>6}  " + "  ".join(f"{f:<{w}}" for f, w in zip(self.formats, widths)).rstrip()]
+        out = [f"formats for {self.task} (verdict per N and format; smallest: the fewest bits per number that "
+               f"proves, ties in the order given; the arithmetic of each run: --json)",
+               f"{'N':>6}  " + "  ".join(f"{f:<{w}}" for f, w in zip(self.formats, widths)) + "  smallest"]
         for N in self.Ns:
             cells = [self.results[N, f].verdict if (N, f) in self.results else "-" for f in self.formats]
-            out.append(f"{N:>6}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths)).rstrip())
-        for (N, f), r in sorted(self.results.items(), key=lambda kv: (kv[0][0], self.formats.index(kv[0][1]))):
-            if r.counterexamples:
-                out.append(f"N={N} {f}: {r.counterexamples[0].line()}")
+            out.append(f"{N:>6}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths))
+                       + f"  {self.label(N)}")
+        for N in self.Ns:
+            out.append(self.smallest_line(N))
+            below = self.smallest(N)[1]
+            out += [f"N={N} {f}: {self.results[N, f].counterexamples[0].line()}" for f in self.formats
+                    if f != below and (N, f) in self.results and self.results[N, f].counterexamples]
         return out
 
     def to_json(self) -> dict:
-        return {"task": self.task, "formats": self.formats, "bits": self.bits,
+        """Every run, and at each N the smallest format and the format just below it (None: the
+        cheapest proves) with its counterexample (None: it ended unknown; its run has its coverage)."""
+        smallest = []
+        for N in self.Ns:
+            f, below = self.smallest(N)
+            found = self.results[N, below].counterexamples if below else []
+            smallest.append({"N": N, "smallest": f, "label": self.label(N), "below": below,
+                             "counterexample": found[0].line() if found else None})
+        return {"task": self.task, "formats": self.formats, "bits": self.bits, "smallest": smallest,
                 "runs": [{"N": N, "format": f, **r.to_json()} for (N, f), r in self.results.items()]}
 
     @property
     def exit_code(self) -> int:
         """0 when every run finished with a verdict, 3 when one is unknown."""
         return 3 if any(r.verdict == "unknown" for r in self.results.values()) else 0
+
+
+def smallest_label(smallest: Optional[str], below_verdict: Optional[str]) -> str:
+    """A smallest format (`FormatTable.smallest`) in a table: its name; ? when it is undecided (a cheaper
+    run ended unknown); none when no format proves."""
+    return smallest or ("none" if below_verdict == "refuted" else "?")
+
+
+def outcome(r: Result) -> str:
+    """What a run that did not prove found: its first counterexample, or its coverage."""
+    if r.counterexamples:
+        return r.counterexamples[0].line()
+    return f"{r.verdict} ({r.covered:,} of {r.total:,} inputs covered{f'; {r.reason}' if r.reason else ''})"
 
 
 def format_table(task: "str | Task", Ns: list[int], formats: "Sequence[str] | Mapping[str, str | Fixed | FloatArith]",
