@@ -97,7 +97,7 @@ def two_formats(monkeypatch):
     monkeypatch.setattr(tool, "FORMATS", {"e5m2": "e5m2", "FX(8,4)": FixedPoint(8, 4), tool.P_STAR: None})
 
 
-def test_a_row_runs_every_format_at_each_N_with_the_construction_p_star(two_formats):
+def test_a_row_runs_every_format_at_each_N_with_the_construction_p_star(two_formats, monkeypatch, tmp_path):
     group = tool.run(tool.Spec("t", "Dyck", "dyck22", [2, 4], start=5), timeout=30, cache=None)
     assert [r["N"] for r in group["rows"]] == [2, 4] and group["stop"] is None
     two, four = group["rows"]
@@ -113,6 +113,22 @@ def test_a_row_runs_every_format_at_each_N_with_the_construction_p_star(two_form
     line = tool.summary(data).splitlines()[2]
     assert line == f"| Dyck | 2, 4 | P R | P R | P P | e5m2, none | FX(8,4): {four['cells']['FX(8,4)']['short']} |"
     assert four["cells"]["FX(8,4)"]["counterexample"] in tool.page(data)
+    monkeypatch.setattr(tool, "ROOT", tmp_path)
+    (tmp_path / tool.PATH).parent.mkdir(parents=True)
+    tool.save(data)
+    kept = json.loads((tmp_path / tool.PATH).read_text())
+    assert kept == tool.saved(data)
+    assert tool.summary(kept) == tool.summary(data) and tool.page(kept) == tool.page(data)  # what the tables show
+    column = kept["formats"]["e5m2"]  # the column's description, once: what its cells share
+    assert column["storage"] == "e5m2" and column.items() <= four["cells"]["e5m2"]["format"].items()
+    assert column.items() <= two["cells"]["e5m2"]["format"].items()
+    saved_four = kept["groups"][0]["rows"][1]
+    assert {**kept["formats"][tool.P_STAR], **saved_four["cells"][tool.P_STAR]["format"]}["p"] == four["p_star"]
+    assert {**kept["groups"][0]["params"], **saved_four["params"]} == four["params"]
+    assert {k for r in kept["groups"][0]["rows"] for c in r["cells"].values() for k in c} == {
+        *tool.KEPT, "format", "counterexample", "short"}
+    assert [(r["N"], f) for r in kept["groups"][0]["rows"] for f, c in r["cells"].items() if "short" in c] == [
+        (4, "FX(8,4)")]  # only the README's cell
 
 
 def test_a_row_stops_after_the_first_unknown_and_when_its_budget_is_spent(two_formats):
@@ -146,7 +162,7 @@ def test_the_saved_run_renders_the_readme_region_and_the_full_page():
     full = render_regions(f"<!-- generated: format_cells {tool.PATH} -->\n<!-- end generated -->")
     for g in saved["groups"]:
         assert f"### {g['label']}" in full
-        assert all(c["counterexample"] in full for r in g["rows"] for c in r["cells"].values() if c["counterexample"])
+        assert all(c["counterexample"] in full for r in g["rows"] for c in r["cells"].values() if "counterexample" in c)
     assert {s.name for s in tool.SPECS} == {g["name"] for g in saved["groups"]}
 
 

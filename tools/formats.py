@@ -17,7 +17,9 @@ FX(p*) at the p* of docs/results/tracr.md.  The smallest format is the first of 
 (fewer bits first, ties in the order of FORMATS); the format just below it holds its
 counterexample (replayed, as every counterexample) or its coverage.  The cost of a format is its
 run's time over FX(p*)'s at the row's largest N where both proved (a refuted run stops at its
-counterexample).  The JSON file is this tool's output: it rewrites it.
+counterexample).  The JSON file is this tool's output: it rewrites it, keeping what the tables
+show (`saved`: each column's format description and each row group's construction parameters
+once, small cells).
 """
 
 from __future__ import annotations
@@ -181,8 +183,7 @@ def summary(data: dict) -> str:
         if not g["rows"]:
             lines.append(f"| {g['label']} | - |" + " |" * len(FORMATS) + f" - | {g['stop']} |")
             continue
-        decided = [r for r in g["rows"] if all(c["verdict"] != "unknown" for c in r["cells"].values())]
-        last = (decided or g["rows"])[-1]
+        last = _shown(g)
         below = last["below"]
         what = f"{below}: {_below(last['cells'][below])}" if below else "- (the cheapest proves)"
         lines.append(f"| {g['label']} | {', '.join(str(r['N']) for r in g['rows'])} | "
@@ -192,6 +193,12 @@ def summary(data: dict) -> str:
     lines += ["", "Median time against FX(p*) at each row's largest N, where both proved (every input): "
               + ", ".join(f"{f} {v:g}x" for f, v in med.items()) + "."]
     return "\n".join(lines)
+
+
+def _shown(g: dict) -> dict:
+    """The row whose format just below the smallest the README shows: the largest N every run decided."""
+    decided = [r for r in g["rows"] if all(c["verdict"] != "unknown" for c in r["cells"].values())]
+    return (decided or g["rows"])[-1]
 
 
 def _smallest(r: dict) -> str:
@@ -231,7 +238,7 @@ def page(data: dict) -> str:
         engines = sorted({c["engine"] for r in g["rows"] for c in r["cells"].values()})
         out += [f"Engines: {', '.join(engines)}.", ""]
         found = [f"* N = {r['N']}, {f}: {c['counterexample']}" for r in g["rows"] for f, c in r["cells"].items()
-                 if c["counterexample"]]
+                 if c.get("counterexample")]
         out += [*found, ""] if found else []
     out += ["### Cost against FX(p*)", "", "Time of each format's run over FX(p*)'s, at the row's largest N where "
             "both proved (every input covered):", "",
@@ -249,6 +256,64 @@ def _cell(c: dict) -> str:
     engine = c["engine"].replace(" (auto)", "")
     unknown = f" {_percent(c)}" if c["verdict"] == "unknown" else ""
     return f"{c['verdict'][0].upper()}{unknown} {engine} {c['seconds']:.2g} s"
+
+
+KEPT = ("verdict", "engine", "seconds", "covered", "total")  # every saved cell's; the rest only where shown
+OWN = ("p", "f", "saturated_parameters")  # what a cell keeps of its format beyond its column's, when it has it
+
+
+def saved(data: dict) -> dict:
+    """The run as PATH keeps it: each column's format description once (what all its cells share)
+    and each row group's construction parameters once (what all its rows share); in each row its
+    own parameters (N, k, eta, ...), and in each cell what the tables show: verdict, engine, time,
+    coverage, its own part of the format (FX(p*)'s p and f, the parameters that saturated, if any),
+    the counterexample of a refuted run, and the short one only in the cell the README shows.
+    `summary` and `page` render it as they render the run."""
+    columns = {f: _common([c["format"] for g in data["groups"] for r in g["rows"] for name, c in r["cells"].items()
+                           if name == f]) for f in data["formats"]}
+    groups = []
+    for g in data["groups"]:
+        shown = _shown(g) if g["rows"] else None
+        params = _common([r["params"] for r in g["rows"]])
+        rows = [{**r, "params": {k: v for k, v in r["params"].items() if k not in params},
+                 "cells": {f: _saved_cell(c, columns[f], r is shown and f == r["below"]) for f, c in r["cells"].items()}}
+                for r in g["rows"]]
+        groups.append({**{k: v for k, v in g.items() if k != "rows"}, "params": params, "rows": rows})
+    return {**data, "formats": columns, "groups": groups}
+
+
+def _common(described: list[dict]) -> dict:
+    """The items every one of `described` has (equal as JSON: 1 is not true, -0.0 is not 0.0)."""
+    return {k: v for k, v in described[0].items()
+            if all(k in d and json.dumps(d[k]) == json.dumps(v) for d in described)} if described else {}
+
+
+def _saved_cell(c: dict, column: dict, shown: bool) -> dict:
+    own = {k: v for k, v in c["format"].items() if k in OWN and k not in column and v}
+    return {**{k: c[k] for k in KEPT}, **({"format": own} if own else {}),
+            **({"counterexample": c["counterexample"]} if c["counterexample"] else {}),
+            **({"short": c["short"]} if shown and c["short"] else {})}
+
+
+def save(data: dict) -> None:
+    """Write `saved(data)` to PATH, with a line per cell and per row's parameters (a re-run's diff
+    shows the cells that changed)."""
+    kept = saved(data)
+    lines = {}  # a placeholder string -> the compact JSON it stands for
+
+    def line(value):
+        lines[key := f"@{len(lines)}@"] = json.dumps(value, separators=(",", ":"))
+        return key
+
+    kept["formats"] = {f: line(d) for f, d in kept["formats"].items()}
+    for g in kept["groups"]:
+        g["params"] = line(g["params"])
+        for r in g["rows"]:
+            r["params"], r["cells"] = line(r["params"]), {f: line(c) for f, c in r["cells"].items()}
+    text = json.dumps(kept, indent=1)
+    for key, value in lines.items():
+        text = text.replace(f'"{key}"', value, 1)
+    (ROOT / PATH).write_text(text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"formats": list(FORMATS), "groups": groups, "cost": cost(groups),
             "made_by": {"command": "python3 -m tools.formats" + (f" --only {args.only}" if args.only else ""),
                         "timeout": args.timeout, "seconds": round(time.monotonic() - t0, 1)}}
-    (ROOT / PATH).write_text(json.dumps(data, indent=2) + "\n")
+    save(data)
     print(summary(data))
     print(f"wrote {PATH} ({data['made_by']['seconds']:g} s)")
     return 0
