@@ -547,7 +547,8 @@ def sweep_output_options(fn):
               help=f"The p: {RANGE_HELP} (required without --format; with --format, the one p of fx).")
 @click.option("--format", "formats", default=None, metavar="FORMATS",
               help="Instead of --p: formats, comma-separated (e.g. bf16,fp16,e4m3,e5m2): the verdict at each N and "
-                   "format, and each failing format's counterexample.")
+                   "format, the smallest format that proves at each N with the counterexample of the one just below "
+                   "it, and each failing format's counterexample.")
 @click.option("--f", "f_range", default=None,
               help=f"Fractional bits (default p // 2 for each p): {RANGE_HELP}; several, with one N, give p* at "
                    f"each f and the smallest format.")

@@ -205,13 +205,13 @@ def test_sweep_over_formats(capsys):
 
     code, out, err = run(capsys, "sweep", "dyck22", "--N", "2..3", "--format", "bf16,e5m2")
     assert code == 0, err
-    rows = {int(line.split()[0]): line.split()[1:] for line in out.splitlines()[2:] if line.split()[0].isdigit()}
+    rows = {int(line.split()[0]): line.split()[1:-1] for line in out.splitlines()[2:] if line.split()[0].isdigit()}
     for N in (2, 3):
         want = [verifier.run(verifier.build_problem("dyck22", N=N, arith=f)) for f in ("bf16", "e5m2")]
         assert rows[N] == [r.verdict for r in want]
         for f, r in zip(("bf16", "e5m2"), want):
-            if r.counterexamples:
-                assert f"N={N} {f}: {r.counterexamples[0].line()}" in out
+            if r.counterexamples:  # e5m2 at N=3: on N's line, as the format just below the smallest
+                assert f"N={N}: smallest bf16 (16 bits); just below it, {f} (8 bits): {r.counterexamples[0].line()}" in out
     assert "refuted" in rows[3]  # the table shows a failure (e5m2 at N=3), not only proofs
     code, out, _ = run(capsys, "sweep", "dyck22", "--N", "2", "--format", "bf16,e5m2", "--json")
     doc = json.loads(out)

@@ -5,7 +5,10 @@
 * regions of the results pages between `<!-- generated: sweep docs/results/X.json -->` and
   `<!-- end generated -->`: the table of a saved sweep (`verify sweep ... -o X.json`), rendered by
   the same code as the sweep's own output, so a re-run sweep's file updates the page (a frontier
-  of `python3 -m tools.frontiers` also says how it was run).
+  of `python3 -m tools.frontiers` also says how it was run);
+* `<!-- generated: formats docs/results/formats.json -->` (the README's table of the smallest format
+  of each construction and Tracr program) and `<!-- generated: format_cells docs/results/formats.json -->`
+  (every cell of it, docs/results/formats.md), from the saved run of `python3 -m tools.formats`.
 """
 
 from __future__ import annotations
@@ -100,7 +103,22 @@ def frontier_summary(names: str) -> str:
     return summary([specs[n] for n in names.split(",")]) + "\n"
 
 
-RENDERERS = {"sweep": sweep_table, "frontiers": frontier_summary}
+def format_summary(path: str) -> str:
+    """The table of the smallest formats (`tools.formats.summary`) of a saved `python3 -m tools.formats`."""
+    from tools.formats import summary
+
+    return summary(json.loads((ROOT / path).read_text())) + "\n"
+
+
+def format_cells(path: str) -> str:
+    """Every cell of a saved `python3 -m tools.formats` (`tools.formats.page`)."""
+    from tools.formats import page
+
+    return page(json.loads((ROOT / path).read_text()))
+
+
+RENDERERS = {"sweep": sweep_table, "frontiers": frontier_summary, "formats": format_summary,
+             "format_cells": format_cells}
 
 
 def render_regions(text: str) -> str:
