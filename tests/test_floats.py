@@ -211,7 +211,8 @@ def test_sweep_over_formats(capsys):
         assert rows[N] == [r.verdict for r in want]
         for f, r in zip(("bf16", "e5m2"), want):
             if r.counterexamples:  # e5m2 at N=3: on N's line, as the format just below the smallest
-                assert f"N={N}: smallest bf16 (16 bits); just below it, {f} (8 bits): {r.counterexamples[0].line()}" in out
+                line = f"N={N}: smallest bf16 (16 bits); just below it, {f} (8 bits): {r.counterexamples[0].line()}"
+                assert line in out
     assert "refuted" in rows[3]  # the table shows a failure (e5m2 at N=3), not only proofs
     code, out, _ = run(capsys, "sweep", "dyck22", "--N", "2", "--format", "bf16,e5m2", "--json")
     doc = json.loads(out)

@@ -102,10 +102,12 @@ def test_a_row_runs_every_format_at_each_N_with_the_construction_p_star(two_form
     assert [r["N"] for r in group["rows"]] == [2, 4] and group["stop"] is None
     two, four = group["rows"]
     assert two["p_star"] == 5 and four["p_star"] > 5  # docs/results/frontier-dyck22.json: 5, 11
-    assert four["cells"][tool.P_STAR]["verdict"] == "proved" and four["cells"][tool.P_STAR]["format"]["p"] == four["p_star"]
+    fx_p_star = four["cells"][tool.P_STAR]
+    assert fx_p_star["verdict"] == "proved" and fx_p_star["format"]["p"] == four["p_star"]
     assert four["cells"]["e5m2"]["verdict"] == "refuted" and four["cells"]["e5m2"]["counterexample"]
     assert (two["smallest"], two["below"]) == ("e5m2", None)
-    assert (four["smallest"], four["below"]) == (None, "FX(8,4)")  # no fixed format proves: the top one's counterexample
+    # no fixed format proves: the top one's counterexample
+    assert (four["smallest"], four["below"]) == (None, "FX(8,4)")
     data = {"formats": list(tool.FORMATS), "groups": [group], "cost": tool.cost([group]),
             "made_by": {"command": "test", "timeout": 30, "seconds": 1}}
     ratios = data["cost"]["by_row"]["Dyck"]

@@ -131,8 +131,8 @@ def run(spec: Spec, timeout: float, cache: Optional[Cache]) -> dict:
                    if f != P_STAR or p_star is not None}
         table = format_table(task, [N], formats, model=model, timeout=timeout, **({} if spec.tracr else spec.options))
         rows.append(row(N, table, p_star))
-        print(f"  {spec.name} N={N}: " + " ".join(f"{f}={c['verdict'][0].upper()}" for f, c in rows[-1]["cells"].items())
-              + f"  smallest {rows[-1]['smallest']}", file=sys.stderr, flush=True)
+        cells = " ".join(f"{f}={c['verdict'][0].upper()}" for f, c in rows[-1]["cells"].items())
+        print(f"  {spec.name} N={N}: {cells}  smallest {rows[-1]['smallest']}", file=sys.stderr, flush=True)
         top = p_star or top
         if any(c["verdict"] == "unknown" for c in rows[-1]["cells"].values()):
             stop = f"a run at N = {N} ended unknown within {timeout:g} s"
@@ -276,7 +276,8 @@ def saved(data: dict) -> dict:
         shown = _shown(g) if g["rows"] else None
         params = _common([r["params"] for r in g["rows"]])
         rows = [{**r, "params": {k: v for k, v in r["params"].items() if k not in params},
-                 "cells": {f: _saved_cell(c, columns[f], r is shown and f == r["below"]) for f, c in r["cells"].items()}}
+                 "cells": {f: _saved_cell(c, columns[f], r is shown and f == r["below"])
+                           for f, c in r["cells"].items()}}
                 for r in g["rows"]]
         groups.append({**{k: v for k, v in g.items() if k != "rows"}, "params": params, "rows": rows})
     return {**data, "formats": columns, "groups": groups}

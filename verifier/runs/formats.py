@@ -61,6 +61,7 @@ class FormatTable:
         or, when it ended unknown, its coverage."""
         smallest, below = self.smallest(N)
         if below is None:
+            assert smallest is not None  # nothing below it: the cheapest format given proves
             return f"N={N}: smallest {smallest} ({self.bits[smallest]} bits), the cheapest format given"
         then = f"{below} ({self.bits[below]} bits): {outcome(self.results[N, below])}"
         if smallest is not None:
