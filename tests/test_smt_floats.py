@@ -104,7 +104,7 @@ def _float_problem(i: int, storage: str, acc: str):
     return replace(battery_problem(i), arith=fa)
 
 
-@pytest.mark.parametrize("i", [0, 1, 2, 3, 5, 7, 8])
+@pytest.mark.parametrize("i", [0, 1, 2, 3, 5])
 @pytest.mark.parametrize("storage,acc", RECIPES[:5])
 def test_encoding_equals_the_evaluator_on_inputs(i, storage, acc):
     """Fix the tokens: every readout score of the encoding is the evaluator's, bit for bit (+0 and

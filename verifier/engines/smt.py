@@ -66,7 +66,8 @@ class Smt:
         task = problem.task
         ev = make_evaluator(problem.model, problem.arith)
         result = EngineResult(Status.COMPLETE, 0, [])
-        stats = {"solver": "z3 " + z3.get_version_string(), "theory": self.theory, "cases": 0,
+        stats = {"solver": "z3 " + z3.get_version_string(), "cases": 0,
+                 "theory": "fp" if isinstance(problem.arith, FloatArith) else self.theory,
                  "decided_by_evaluation": 0, "decided_by_solver": 0, "solver_seconds": 0.0, "unfinished_case": None}
         totals: dict[str, float] = {}
         exact_margin = True  # every case's readout margin was a table
@@ -86,7 +87,8 @@ class Smt:
                 try:
                     enc = encode(ev, case, self.theory, opts.deadline)
                 except TableTooLarge as exc:  # exp's table in a float format: the case is left undecided
-                    result.status, stats["unfinished_case"], stats["solver_reason"] = Status.INCOMPLETE, case.name, str(exc)
+                    result.status, stats["unfinished_case"] = Status.INCOMPLETE, case.name
+                    stats["solver_reason"] = str(exc)
                     break
                 want = opts.max_counterexamples - len(result.found)
                 found_margins = enc.margins()

@@ -20,10 +20,10 @@ import z3
 
 from ..arithmetic import Fixed, threshold_code
 from ..evaluator import Cone, Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
+from ..floats import FloatArith
 from ..support.budget import Deadline
 from ..tasks import Case
 from ..tasks.base import NO_ANSWER
-from ..floats import FloatArith
 from .floats import SymFloat
 from .symbolic import Sym, SymFX
 

@@ -55,7 +55,8 @@ def float_unsupported(fa: FloatArith, model, length: int) -> Optional[str]:
             return (f"softmax in layer {li}: its logits are not tables, so exp would be a table over every "
                     f"{A.name} value <= 0 ({_nonpositive(A):,} of them, more than {EXP_TABLE_CAP:,})")
     if not A.ieee and length > 240:  # Z <= L is divided in A's IEEE sort (`SymFloat._div`), whose max is 240
-        return f"{A.name} accumulation at length {length}: softmax's Z can exceed 240, the IEEE E4M3 sort's largest value"
+        return (f"{A.name} accumulation at length {length}: softmax's Z can exceed 240, the largest value of "
+                f"the IEEE sort its e / Z is divided in below 2^-6")
     return None
 
 
