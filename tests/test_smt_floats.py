@@ -144,6 +144,7 @@ def test_smt_agrees_with_enumeration(i, storage, acc):
 @pytest.mark.parametrize("storage,acc,why", [
     ("fp32", "bf16", "fp32 values are not all bf16 values"),
     ("e4m3", "e5m2", "e4m3 values are not all e5m2 values"),
+    ("float:4:1", "fp32", "float:4:1 has 1 mantissa bit"),
 ])
 def test_recipes_it_cannot_encode_are_refused(storage, acc, why):
     problem = _float_problem(0, storage, acc)

@@ -40,6 +40,8 @@ class TableTooLarge(Exception):
 def float_unsupported(fa: FloatArith, model, length: int) -> Optional[str]:
     """Why the float recipe `fa` cannot be encoded bit-precisely for `model`, or None."""
     S, A = fa.storage, fa.acc
+    if min(S.M, A.M) < 2:
+        return f"{S.name if S.M < 2 else A.name} has 1 mantissa bit; z3's floating-point sorts need at least 2"
     if S.M > A.M or S.max > A.max or S.tiny < A.tiny:
         return (f"{S.name} values are not all {A.name} values (the encoding carries both in one sort, exactly); "
                 f"use an accumulation format at least as wide")
