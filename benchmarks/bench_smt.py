@@ -10,7 +10,11 @@
   (with the solver `FAMILIES` names) at N doubling, for equality, disjointness, the Dyck-(2,2)
   transformer and composition L = 4, n = 2: seconds of each (the engine alone: encoding, solving,
   decoding; each in a fresh process), their ratio, the largest N within the budget and the growth
-  exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the rest.
+  exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the rest;
+* with ``--floats FORMAT`` (e.g. fp16, bf16, e5m2) instead: the SMT engine in that float format
+  (z3's floating-point theory, docs/smt-encoding.md "Float formats") against exhaustive on index
+  lookup at N doubling from 2 while it proves within the budget, and on disjointness at N = 2, 4,
+  with each ratio; bitwuzla's answer on the first case it is given.
 """
 
 from __future__ import annotations
@@ -112,15 +116,42 @@ def old_new(old: Path, budget: float) -> None:
             print(f"  {name}: new/old at N={N}, the largest both decided: {times['new'][N] / times['old'][N]:.3f}")
 
 
+FLOAT_RUNS = (("idxl", None, (2, 4, 8, 16)), ("disjointness", "e5m2+e5m2acc", (2, 4)))  # None: --floats FORMAT
+
+
+def floats(fmt: str, budget: float, runs: tuple = FLOAT_RUNS) -> None:
+    """SMT (z3, and bitwuzla) against exhaustive in a float format, ratios from this one run.
+    Disjointness has a second softmax layer, whose exp table is over every accumulation value <= 0:
+    it runs in e5m2 with e5m2 accumulation (124 such values; fp16's 31,744 are refused)."""
+    for task, run_fmt, Ns in runs:
+        f = run_fmt or fmt
+        for N in Ns:
+            row = {}
+            for engine, solver in (("exhaustive", "z3"), ("smt", "z3"), ("smt", "bitwuzla")):
+                t0 = time.perf_counter()
+                r = verifier.prove(task, N=N, arith=f, engine=engine, solver=solver,
+                                   timeout=budget if engine == "smt" else None)
+                why = r.reason if r.verdict == "unknown" else ""
+                row[f"{engine}/{solver}"] = (r.verdict, time.perf_counter() - t0, why)
+            ex, z, bw = row["exhaustive/z3"], row["smt/z3"], row["smt/bitwuzla"]
+            print(f"{task} N={N} {f}: exhaustive {ex[0]} {ex[1]:.2f} s; smt z3 {z[0]} {z[1]:.2f} s "
+                  f"(ratio smt / exhaustive {z[1] / ex[1]:.0f}); smt bitwuzla {bw[0]} {bw[1]:.2f} s {bw[2][:90]}")
+            if z[0] != "proved" and task == "idxl":
+                break
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--old", type=Path, help="a checkout of the code to compare the SMT engine with")
     ap.add_argument("--only-old-new", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--floats", help="a float format: the float SMT figures only")
     args = ap.parse_args()
     if args.child:
         return child(args.child)
+    if args.floats:
+        return floats(args.floats, args.budget)
     if args.old:
         old_new(args.old, args.budget)
         if args.only_old_new:

@@ -166,7 +166,8 @@ def test_enumeration_agrees_with_reference(i):
     problem = replace(battery_problem(i), arith=_random_float_arith(i))
     outcome = decide_all(problem)
     assert outcome["exhaustive"] == "agree"
-    assert all(outcome[name] == "n/a" for name in ("smt", "smt-int", "bounds", "reach") if name in outcome)
+    assert all(outcome[name] == "n/a" for name in ("smt-int", "bounds", "reach") if name in outcome)
+    assert outcome["smt"] in ("agree", "unknown", "n/a")  # z3's floating-point theory (tests/test_smt_floats.py)
 
 
 def test_cli_float_formats(capsys):

@@ -19,8 +19,10 @@ import numpy as np
 import z3
 
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
+from ..floats import FloatArith
 from ..smt import solvers
 from ..smt.encoding import encode
+from ..smt.floats import SymFloat, TableTooLarge, float_unsupported
 from ..support import interrupts
 from ..support.budget import Deadline, TimedOut, fresh_z3_context
 from ..support.errors import InputError, InternalError
@@ -43,7 +45,13 @@ class Smt:
         self.theory = theory
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
-        if codes_only(problem):
+        if isinstance(problem.arith, FloatArith):  # z3's floating-point theory (verifier/smt/floats.py)
+            if self.theory != "bv":
+                return codes_only(problem)
+            why = float_unsupported(problem.arith, problem.model, problem.task.max_len)
+            if why:
+                return why
+        elif codes_only(problem):
             return codes_only(problem)
         if problem.task.cases is None:
             return f"task {problem.task.name} has no case splits"
@@ -58,7 +66,8 @@ class Smt:
         task = problem.task
         ev = make_evaluator(problem.model, problem.arith)
         result = EngineResult(Status.COMPLETE, 0, [])
-        stats = {"solver": "z3 " + z3.get_version_string(), "theory": self.theory, "cases": 0,
+        stats = {"solver": "z3 " + z3.get_version_string(), "cases": 0,
+                 "theory": "fp" if isinstance(problem.arith, FloatArith) else self.theory,
                  "decided_by_evaluation": 0, "decided_by_solver": 0, "solver_seconds": 0.0, "unfinished_case": None}
         totals: dict[str, float] = {}
         exact_margin = True  # every case's readout margin was a table
@@ -75,7 +84,12 @@ class Smt:
                 opts.deadline.check()
                 tick(case.name)
                 stats["cases"] += 1
-                enc = encode(ev, case, self.theory, opts.deadline)
+                try:
+                    enc = encode(ev, case, self.theory, opts.deadline)
+                except TableTooLarge as exc:  # exp's table in a float format: the case is left undecided
+                    result.status, stats["unfinished_case"] = Status.INCOMPLETE, case.name
+                    stats["solver_reason"] = str(exc)
+                    break
                 want = opts.max_counterexamples - len(result.found)
                 found_margins = enc.margins()
                 if found_margins is None:
@@ -142,7 +156,7 @@ class Smt:
         directory = opts.smtlib
         if directory is None and opts.solver == "z3":
             return None
-        text = solvers.smtlib(cls._assertions(enc), "QF_BV" if enc.sfx.theory == "bv" else "ALL")
+        text = solvers.smtlib(cls._assertions(enc), cls._logic(enc))
         if directory is not None:
             path = Path(directory) / f"case-{number:05d}.smt2"
             try:
@@ -151,6 +165,11 @@ class Smt:
             except FileExistsError:
                 raise InputError(f"{path} exists; --smtlib never overwrites a file (give an empty directory)") from None
         return text
+
+    @staticmethod
+    def _logic(enc) -> str:
+        """The SMT-LIB logic of a case: bit-vectors, with floating point for a float format."""
+        return getattr(enc.sfx, "logic", "QF_BV" if enc.sfx.theory == "bv" else "ALL")
 
     @staticmethod
     def _assertions(enc) -> list:
@@ -192,7 +211,10 @@ class Smt:
             found.append([int(d[0]) if tv is None else values[str(tv)] for tv, d in zip(S.tokens, enc.case.domains)])
             if len(found) >= want:
                 return found, "sat"
-        solver = z3.SolverFor("QF_BV") if S.theory == "bv" else z3.Solver()
+        if isinstance(S, SymFloat):
+            solver = S.z3_solver()
+        else:
+            solver = z3.SolverFor("QF_BV") if S.theory == "bv" else z3.Solver()
         solver.add(*cls._assertions(enc))
         for tokens in found:  # another solver's answer: z3 looks for the next one
             cls._block(solver, S, tokens)

@@ -20,9 +20,11 @@ import z3
 
 from ..arithmetic import Fixed, threshold_code
 from ..evaluator import Cone, Evaluator, RecurrentEvaluator, make_evaluator, read_from, readout_margins, trace
+from ..floats import FloatArith
 from ..support.budget import Deadline
 from ..tasks import Case
 from ..tasks.base import NO_ANSWER
+from .floats import SymFloat
 from .symbolic import Sym, SymFX
 
 
@@ -46,6 +48,8 @@ class Encoding:
         subs = [(t, self.sfx.num(tokens[j], t if z3.is_bv(t) else None))
                 for j, t in enumerate(self.sfx.tokens) if t is not None]
         v = z3.simplify(z3.substitute(value.expr, *subs))
+        if z3.is_fp(v):
+            return self.sfx.value_of(v)
         return z3.is_true(v) if z3.is_bool(v) else (v.as_signed_long() if z3.is_bv(v) else v.as_long())
 
     def margins(self) -> tuple[np.ndarray, int | None] | None:
@@ -68,7 +72,8 @@ class Encoding:
         n = 1 if var is None else len(self.case.domains[var])
         y = np.array([np.broadcast_to(s.table, (n,)) for s in self.scores]).T  # (n, C) codes
         truth = np.broadcast_to(self.truth.table, (n,))
-        theta = float(Fraction(self.readout.theta) / self.sfx.fx.step)  # margins are reported, never decide
+        unit = self.sfx.fx.step if isinstance(self.sfx.fx, Fixed) else 1  # a float's value is itself
+        theta = float(Fraction(self.readout.theta) / unit)  # margins are reported, never decide
         return readout_margins(y, truth, self.readout.kind, theta), var
 
     def holds_at(self, tokens) -> bool:
@@ -104,7 +109,8 @@ def bit_width(ev: Evaluator | RecurrentEvaluator) -> int:
     it, with slack; another grid: the bit length of its largest raw sum, with slack).  Specification: a count is below T
     (T counts the positions too), a class index needs bit_length(C) + 1 bits, and a threshold
     readout's answer is a pattern of C bits.  `SymFX.num` refuses any constant that still does not fit."""
-    forward = ev.arith.smt_width(ev.q.widest_sum())
+    # a float format's forward pass is floating-point terms: only the specification's integers are bit-vectors
+    forward = ev.arith.smt_width(ev.q.widest_sum()) if isinstance(ev.arith, Fixed) else 0
     C = ev.q.readout.W_U.shape[0]
     answer = C + 2 if ev.q.readout.kind == "threshold" else C.bit_length() + 2
     return max(forward, answer)
@@ -164,12 +170,16 @@ class _Maps:
         S.note_table(j, ctx)
         return S.lookups(j, Y)
 
-    def dot(self, a, b, bias=None):
+    def dot(self, a, b, bias=None, out: str = "storage"):
+        """sum_j a_j b_j + bias; `out` says where a float format rounds it (`SymFloat.dot`)."""
         S, fx = self.S, self.fx
         # R(0 * x) = 0 in every rounding mode and never saturates: drop products with a constant 0
+        # (in a float format a zero partial sum term leaves the sum's value as it is)
         pairs = [(x, y) for x, y in zip(a, b)
                  if not ((x.is_const and x.value() == 0) or (y.is_const and y.value() == 0))]
         a, b = [x for x, _ in pairs], [y for _, y in pairs]
+        if isinstance(S, SymFloat):
+            return S.dot(a, b, bias, out)
         if fx.accumulate == "product":
             terms = [S.sat(S.rescale(S.mul(x, y))) for x, y in zip(a, b)]
             s = S.total(terms + ([S.const(bias)] if bias is not None else []))
@@ -189,7 +199,7 @@ class _Maps:
         groups: dict = {}
         for c, (u, v) in enumerate(zip(x, y)):
             if u.is_term or v.is_term or (u.var is not None and v.var is not None and u.var != v.var):
-                out[c] = S.sat(S.add(u, v))
+                out[c] = S.add_values([u], [v])[0] if isinstance(S, SymFloat) else S.sat(S.add(u, v))
             else:
                 groups.setdefault(u.var if u.var is not None else v.var, []).append(c)
         for j, cols in groups.items():
@@ -205,7 +215,10 @@ class _Maps:
 
 def encode(ev, case: Case, theory: str = "bv", deadline: Deadline | None = None) -> Encoding:
     """The failure formula of one case; raises `TimedOut` if the deadline passes while it is built."""
-    S = SymFX(ev.arith, case.domains, bit_width(ev), theory)
+    if isinstance(ev.arith, FloatArith):  # z3's floating-point theory; integers stay bit-vectors
+        S: SymFX = SymFloat(ev.arith, case.domains, bit_width(ev))
+    else:
+        S = SymFX(ev.arith, case.domains, bit_width(ev), theory)
     maps = _Maps(S, deadline)
     use = ev.saturated_use
     if maps.track and use is not None:  # a saturated parameter fails the answers that use it
@@ -236,7 +249,7 @@ def _recurrent(ev: RecurrentEvaluator, S: SymFX, maps: _Maps) -> tuple[list, dic
 def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadline | None) -> tuple[list, dict]:
     """The residual stream at the positions the readout reads, as `Evaluator.forward` computes it."""
     fx, q, t = ev.arith, ev.q, ev.tables
-    assert t is not None and isinstance(fx, Fixed)  # the engines' evaluators: FX, with the layer-0 tables
+    assert t is not None  # the engines' evaluators, with the layer-0 tables
     V = len(q.vocab)
     rows = [j * V + dom for j, dom in enumerate(S.domains)]
     track = maps.track
@@ -287,9 +300,9 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                             S.note(S.pair(i, j, ovf[:, a:b]))
                 else:
                     Qi = lin(head.W_Q, Xq[n], head.b_Q)
-                    logits = [dot(Qi, Ks[j]) for j in keys[i]]
+                    logits = [dot(Qi, Ks[j], out="acc") for j in keys[i]]
                 weights = softmax(S, logits) if layer.attention == "softmax" else [S.relu(s) for s in logits]
-                outs[n].append([dot(weights, [Vs[j][c] for j in keys[i]]) for c in range(head.W_V.shape[0])])
+                outs[n].append([dot(weights, [Vs[j][c] for j in keys[i]], out="mix") for c in range(head.W_V.shape[0])])
                 rec.setdefault(f"L{li}.H{hi}.logits", []).append(logits)
                 rec.setdefault(f"L{li}.H{hi}.attn", []).append(weights)
                 rec.setdefault(f"L{li}.H{hi}.out", []).append(outs[n][-1])
@@ -300,7 +313,8 @@ def _transformer(ev: Evaluator, S: SymFX, maps: _Maps, L: int, deadline: Deadlin
                 heads = [x for out in outs[n] for x in out]
             else:
                 H = len(outs[n])
-                heads = [S.sat(S.round_div(S.total([o[c] for o in outs[n]]), S.const(H)))
+                heads = [S.mean_heads([o[c] for o in outs[n]]) if isinstance(S, SymFloat) else
+                         S.sat(S.round_div(S.total([o[c] for o in outs[n]]), S.const(H)))
                          for c in range(len(outs[n][0]))]
             A = lin(layer.W_O, heads, layer.b_O)
             x = add(Xq[n], A) if layer.residual else A
@@ -364,9 +378,10 @@ def _wrong(S: SymFX, readout, y: list[Sym], truth: Sym) -> Sym:
     if readout.kind == "argmax":
         best = S.select(y, truth)
         return S.any([S.and_(S.ne(truth, S.const(c)), S.ge(y[c], best)) for c in range(len(y))])
-    theta = S.const(threshold_code(readout.theta, S.fx))
-    return S.any([S.ne(S.gt(yi, theta), S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1, lambda e, i=i: _bit(e, i)))
-                  for i, yi in enumerate(y)])
+    above = [S.above(yi, readout.theta) if isinstance(S, SymFloat) else
+             S.gt(yi, S.const(threshold_code(readout.theta, S.fx))) for yi in y]
+    return S.any([S.ne(up, S.lift1(truth, lambda a, i=i: (a >> i) & 1 == 1, lambda e, i=i: _bit(e, i)))
+                  for i, up in enumerate(above)])
 
 
 def _bit(e, i: int):
@@ -384,6 +399,8 @@ def softmax(S: SymFX, s: list[Sym]) -> list[Sym]:
         a = fx.softmax(S.stack(s, S.rows(j)), None, ctx, "softmax")
         S.note_table(j, ctx)
         return S.lookups(j, a)
+    if isinstance(S, SymFloat):
+        return S.softmax(s)
     M = s[0]
     for x in s[1:]:
         M = S.maximum(M, x)
