@@ -57,6 +57,7 @@ def _overflowed(S: SymFloat) -> bool:
     return any(z3.is_true(z3.simplify(S.z(o))) for o in S.overflows)
 
 
+@pytest.mark.slow  # 28 recipes x roundings, z3 simplifying each operation: about 20 s in all
 @pytest.mark.parametrize("rounding", FLOAT_ROUNDINGS)
 @pytest.mark.parametrize("storage,acc", RECIPES)
 def test_each_rounding_equals_the_evaluators(storage, acc, rounding):
@@ -104,6 +105,7 @@ def _float_problem(i: int, storage: str, acc: str):
     return replace(battery_problem(i), arith=fa)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", [0, 1, 2, 3, 5])
 @pytest.mark.parametrize("storage,acc", RECIPES[:5])
 def test_encoding_equals_the_evaluator_on_inputs(i, storage, acc):
@@ -129,15 +131,24 @@ def test_encoding_equals_the_evaluator_on_inputs(i, storage, acc):
     assert terms  # the formulas reached z3's floating-point terms, not only tables
 
 
-@pytest.mark.parametrize("i", [0, 1, 2, 3, 5])
-@pytest.mark.parametrize("storage,acc", [("bf16", "bf16"), ("fp16", "fp32"), ("e5m2", "e5m2"), ("e4m3", "e4m3")])
+# Two quick models where every engine must decide and agree (3 s and 30 s); the whole grid is `long`
+# (23 min): there the SMT engine may also run out of time, never disagree.
+AGREE = [(1, "e5m2", "e5m2"), (2, "e4m3", "e4m3")]
+GRID = [(i, s, a) for s, a in [("bf16", "bf16"), ("fp16", "fp32"), ("e5m2", "e5m2"), ("e4m3", "e4m3")]
+        for i in [0, 1, 2, 3, 5] if (i, s, a) not in AGREE]
+
+
+@pytest.mark.parametrize("i,storage,acc", [pytest.param(*c, marks=pytest.mark.slow) for c in AGREE]
+                         + [pytest.param(*c, marks=pytest.mark.long) for c in GRID])
 def test_smt_agrees_with_enumeration(i, storage, acc):
     """The differential battery in float formats: the SMT formula of every case holds at every input
     enumeration fails and z3 finds a failure exactly when enumeration does; the engine (replay and
-    sample check through `verifier.run`) agrees or runs out of time, never disagrees."""
+    sample check through `verifier.run`) agrees (on the AGREE models, which it decides in time) or
+    runs out of time, never disagrees."""
     outcome = decide_all(_float_problem(i, storage, acc), engine_seconds=60)
     assert outcome["exhaustive"] == "agree"
-    assert outcome["encoding"] in ("agree", "unknown") and outcome["smt"] in ("agree", "unknown"), outcome
+    allowed = ("agree",) if (i, storage, acc) in AGREE else ("agree", "unknown")
+    assert outcome["encoding"] in allowed and outcome["smt"] in allowed, outcome
     assert outcome["smt-int"] == "n/a"
 
 
