@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Collection
 from dataclasses import replace
 from fractions import Fraction
 
@@ -277,17 +278,22 @@ def distinct_engines() -> dict[str, object]:
     return out
 
 
-def decide_all(problem: Problem, engine_seconds: float = ENGINE_SECONDS, through_api: bool = True) -> dict:
-    """Decide the problem every way; assert that all of them agree; return what happened: the
-    verdict, then for the SMT encoding and every engine of the registry agree, unknown (out of time,
-    or the solver gave up) or n/a (it cannot run the problem)."""
+def decide_all(problem: Problem, engine_seconds: float = ENGINE_SECONDS, through_api: bool = True,
+               skip: Collection[str] = ()) -> dict:
+    """Decide the problem every way but `skip` ("encoding", engine names); assert that all of them
+    agree; return what happened: the verdict, then for the SMT encoding and every engine of the
+    registry agree, unknown (out of time, or the solver gave up) or n/a (it cannot run the problem)."""
     task = problem.task
     enum = Exhaustive().run(problem, RunOptions(max_counterexamples=max(1, task.total), workers=1))
     failing = {tuple(int(t) for t in f.tokens) for f in enum.found}
     assert reference_failures(problem) == failing, "enumeration and the reference disagree"
     verdict = "refuted" if failing else "proved"
-    outcome = {"verdict": verdict, "encoding": _encoding_agrees(problem, failing)}
+    outcome = {"verdict": verdict}
+    if "encoding" not in skip:
+        outcome["encoding"] = _encoding_agrees(problem, failing)
     for name, engine in distinct_engines().items():
+        if name in skip:
+            continue
         opts = RunOptions(deadline=Deadline(engine_seconds), workers=1)
         if engine.unsupported(problem, opts) is not None:
             outcome[name] = "n/a"

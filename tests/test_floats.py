@@ -164,10 +164,10 @@ def test_enumeration_agrees_with_reference(i):
     inputs, every engine that runs agrees, and `verifier.run` (replay included) gives the verdict;
     the engines that work on codes refuse (n/a)."""
     problem = replace(battery_problem(i), arith=_random_float_arith(i))
-    outcome = decide_all(problem)
+    # the SMT engine in floats takes minutes a model: tests/test_smt_floats.py runs its battery
+    outcome = decide_all(problem, skip=("encoding", "smt"))
     assert outcome["exhaustive"] == "agree"
     assert all(outcome[name] == "n/a" for name in ("smt-int", "bounds", "reach") if name in outcome)
-    assert outcome["smt"] in ("agree", "unknown", "n/a")  # z3's floating-point theory (tests/test_smt_floats.py)
 
 
 def test_cli_float_formats(capsys):
