@@ -10,7 +10,7 @@ from helpers import RandomLookupTask, random_model
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import Problem, RunOptions
-from verifier.engines.bounds import Bounds, _softmax_bounds
+from verifier.engines.bounds import Bounds
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator
 from verifier.layer0 import class_table, embedding_overflow, score_table
@@ -65,7 +65,7 @@ def test_softmax_bounds_contain_the_weights_of_every_member(seed):
     if seed % 4 == 0:
         shi = slo  # exact logits: the bounds are the weights
     ovf = np.zeros(B, bool)
-    rows, cols, alo, ahi = _softmax_bounds(fx, slo, shi, ovf)
+    rows, cols, alo, ahi = fx.softmax_bounds(slo, shi, ovf)
     lo, hi = np.zeros((B, L), np.int64), np.zeros((B, L), np.int64)
     lo[rows, cols], hi[rows, cols] = alo, ahi
     for _ in range(50):

@@ -18,7 +18,7 @@ from verifier.engines import Problem, RunOptions
 from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator, trace
-from verifier.locality import window_states, zero_exp_bound
+from verifier.locality import window_states
 from verifier.support.budget import Deadline
 from verifier.tasks import make_task
 
@@ -44,7 +44,7 @@ def local_model(seed: int, V: int = 3, L: int = 8):
 
 def test_the_zero_bound_is_the_last_zero_of_the_exp_table():
     fx = FixedPoint(16, 4)
-    T = zero_exp_bound(fx)
+    T = fx.zero_exp_bound()
     dmin, table = fx.exp_table()
     assert table[T - dmin] == 0 and table[T + 1 - dmin] > 0
     assert np.exp(float(T) / 16) < 1 / 16 <= np.exp(float(T + 1) / 16)  # floor: code 0 below one step
@@ -185,7 +185,7 @@ def test_box_bounds_contain_every_member(seed, monkeypatch):
 
     def attention(self, boxes):
         att = original(self, boxes)
-        lo, hi, head_ovf = self._head_outputs([h.raw_lo for h in att.heads], [h.raw_hi for h in att.heads])
+        lo, hi, head_ovf = self._head_outputs([h.raw for h in att.heads])
         qcode = self._query_code(boxes)
         ylo, yhi, post_ovf = self._post(lo, hi, qcode)
         possible = att.ovf | head_ovf | post_ovf
