@@ -45,7 +45,7 @@ from verifier.engines import ENGINES, Problem, RunOptions
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.smt import DECIDED, Smt
 from verifier.evaluator import make_evaluator
-from verifier.floats import FloatArith
+from verifier.floats import FLOAT_ROUNDINGS, NAMED, FloatArith, float_format
 from verifier.model import Readout, Recurrent
 from verifier.smt.encoding import encode
 from verifier.support.budget import Deadline
@@ -98,6 +98,17 @@ def random_grid(i: int, fx: FixedPoint) -> Grid:
     hi = int(rng.integers(2, 401))
     lo = -hi - int(rng.integers(0, 2))
     return Grid(GRID_STEPS[int(rng.integers(0, len(GRID_STEPS)))], lo, hi, fx.rounding, fx.overflow, fx.accumulate)
+
+
+def random_float(i: int) -> FloatArith:
+    """A float recipe for model i: every named format and small float:E:M ones, accumulated in fp32,
+    bf16, fp16, float:5:4 or (two times in five) the storage format itself, every IEEE rounding,
+    overflow = error one time in two."""
+    rng = np.random.default_rng(9000 + i)
+    names = [*NAMED, "float:3:2", "float:2:1", "float:4:1"]
+    storage = float_format(names[i % len(names)])
+    acc = storage if rng.random() < 0.4 else float_format(["fp32", "bf16", "fp16", "float:5:4"][i % 4])
+    return FloatArith(storage, acc, FLOAT_ROUNDINGS[(i // 2) % 4], "error" if rng.random() < 0.5 else "saturate")
 
 
 def _edges(fx: Fixed) -> tuple:

@@ -10,14 +10,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import RandomLookupTask, two_layer
+from helpers import RandomLookupTask, box_bounds_hold, two_layer
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import Problem, RunOptions
 from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
 from verifier.engines.exhaustive import Exhaustive
-from verifier.evaluator import Evaluator, trace
+from verifier.evaluator import Evaluator
 from verifier.locality import window_states
 from verifier.support.budget import Deadline
 from verifier.tasks import make_task
@@ -172,43 +172,11 @@ def test_box_bounds_contain_every_member(seed, monkeypatch):
     """In every round of a run, for random members of every box: the last layer's logits, the heads'
     outputs and the readout's scores lie within the box's bounds, and a member whose evaluation
     saturates (overflow = error) is in a box that says a saturation is possible."""
-    from verifier.engines import bounds
-
     problem = list(_problems(seed + 1))[seed]
     why = Bounds().unsupported(problem, RunOptions())
     if why is not None:
         pytest.skip(why)
-    ev = Evaluator(problem.model, problem.arith, tables=False)
-    rng = np.random.default_rng(seed)
-    original = bounds._Run._attention
-    checked = []
-
-    def attention(self, boxes):
-        att = original(self, boxes)
-        lo, hi, head_ovf = self._head_outputs([h.raw for h in att.heads])
-        qcode = self._query_code(boxes)
-        ylo, yhi, post_ovf = self._post(lo, hi, qcode)
-        possible = att.ovf | head_ovf | post_ovf
-        sets = np.flatnonzero((boxes.dom >= 0).any(axis=1))  # boxes with token sets first, then any
-        for b in np.concatenate([rng.permutation(sets)[:4], rng.choice(len(boxes), size=min(len(boxes), 2))]):
-            dom = boxes.dom[b]
-            tokens = np.array([rng.choice(self.domains[g]) if g >= 0 else -1 - g for g in dom])
-            out, values = trace(ev, tokens)
-            for hi_, h in enumerate(att.heads):
-                s = values[f"L1.H{hi_}.logits"][-1]
-                assert (h.slo[b] <= s).all() and (s <= h.shi[b]).all()
-                o = values[f"L1.H{hi_}.out"][-1]
-                assert (lo[b, hi_] <= o).all() and (o <= hi[b, hi_]).all()
-            y = out.scores[0, -1] if out.scores.ndim == 3 else out.scores[0]
-            assert (ylo[b] <= y).all() and (y <= yhi[b]).all()
-            if problem.arith.overflow == "error" and (out.ovf_at[0, -1] if out.ovf_at is not None else out.ovf[0]):
-                assert possible[b]
-            checked.append(len(set(np.flatnonzero(dom >= 0).tolist())))
-        return att
-
-    monkeypatch.setattr(bounds._Run, "_attention", attention)
-    monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
-    Bounds().run(problem, RunOptions(deadline=Deadline(120)))
+    checked = box_bounds_hold(problem, monkeypatch, np.random.default_rng(seed))
     assert checked and max(checked) > 0  # some box held token sets, not single tokens only
 
 

@@ -948,8 +948,8 @@ class _Run:
         ylo = np.zeros(lo.shape[:-1] + (W.shape[0],), dtype=lo.dtype) if b is None else \
             np.broadcast_to(b, lo.shape[:-1] + (W.shape[0],)).copy()
         yhi = ylo.copy()
-        ylo[..., live] = self.fx._dot(np.where(up, xl, xh), Wc, bl, ctx, "lin")
-        yhi[..., live] = self.fx._dot(np.where(up, xh, xl), Wc, bl, ctx, "lin")
+        ylo[..., live] = self.fx.lin_gathered(Wc, np.where(up, xl, xh), bl, ctx, "lin")
+        yhi[..., live] = self.fx.lin_gathered(Wc, np.where(up, xh, xl), bl, ctx, "lin")
         return ylo, yhi
 
     def _truth(self, boxes: _Boxes) -> np.ndarray:
