@@ -4,7 +4,9 @@ Model i is built from seed 1000 + i: one of the KINDS below, at a random arithme
 usually p // 2 and sometimes anywhere in 0..p, every rounding and accumulation mode, overflow =
 error one time in five).  ``battery_problem(i, grid=True)`` puts the same kind of model on a random
 grid of rational step instead (`random_grid`: steps such as 1/3, 2/5, 1/36, ranges symmetric or
-not).  `decide_all` then requires, with zero tolerance:
+not), ``battery_problem(i, floats=True)`` in a random float recipe (`random_float`: bf16, fp16, e4m3,
+e5m2, fp32 and small float:E:M formats, accumulated in fp32, bf16, fp16, float:5:4 or their own
+format, every IEEE rounding, either overflow rule).  `decide_all` then requires, with zero tolerance:
 
 * enumeration (the exhaustive engine) and the independent reference of tests/reference.py
   (Fractions, mpmath, plain loops) fail on exactly the same inputs (for a task that is a list of
@@ -117,7 +119,14 @@ def _edges(fx: Fixed) -> tuple:
     return (fx.hi * step, fx.lo * step, (fx.hi + 1) * step, (fx.lo - 1) * step, step / 2, -step / 2, 1.5 * step)
 
 
-def battery_problem(i: int, grid: bool = False) -> Problem:
+def battery_problem(i: int, grid: bool = False, floats: bool = False) -> Problem:
+    """Model i of the battery, in a random FX format, on a random grid (`grid`), or in a random float
+    recipe (`floats`, `random_float`: the same models as in FX)."""
+    problem = _battery_problem(i, grid)
+    return replace(problem, arith=random_float(i)) if floats else problem
+
+
+def _battery_problem(i: int, grid: bool) -> Problem:
     rng = np.random.default_rng(1000 + i)
     p = int(rng.integers(2, 11))
     f = p // 2 if rng.random() < 0.75 else int(rng.integers(0, p + 1))
