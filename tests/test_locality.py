@@ -17,7 +17,7 @@ from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import Problem, RunOptions
 from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
 from verifier.engines.exhaustive import Exhaustive
-from verifier.evaluator import Evaluator
+from verifier.evaluator import Evaluator, trace
 from verifier.locality import window_states
 from verifier.support.budget import Deadline
 from verifier.tasks import make_task

@@ -29,6 +29,11 @@ inputs, whose bounds are their exact values (the batched evaluator decides them 
 task does not say where the answer is, and decides any single input the bounds leave open), so
 the engine is complete.
 
+What depends on the arithmetic (the softmax weights, a position's term, a head's sums, the
+threshold, a value's rank) is a method of the arithmetic object: `Fixed` on a grid, `FloatArith`
+in a float format, whose head sums are sums in index order with every partial sum rounded, bounded
+through their error (docs/bounds-engine.md, "Floating-point formats").
+
 Cases of one length are processed together, as (boxes x positions) arrays; nothing loops over
 inputs.  The open boxes are kept depth first, and each round takes as many as fit in MEMORY
 by an estimate of its arrays from the sizes (`_Footprint`): the memory stays bounded however
