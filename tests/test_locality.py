@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from battery import random_float
 from helpers import RandomLookupTask, box_bounds_hold, two_layer
 
 import verifier
@@ -18,6 +19,7 @@ from verifier.engines import Problem, RunOptions
 from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator, trace
+from verifier.floats import exp_round
 from verifier.locality import window_states
 from verifier.support.budget import Deadline
 from verifier.tasks import make_task
@@ -216,3 +218,35 @@ def test_last_position_cases_partition_each_length_and_fix_its_answer(sigma):
             assert len(tokens) == case.count
             members += [tuple(t) for t in tokens]
         assert len(members) == len(set(members)) == sigma ** n
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_the_float_zero_bound_is_where_exp_stops_rounding_to_zero(i):
+    """T (`FloatArith.zero_exp_bound`) sits just below D, the largest accumulator value whose exp
+    rounds to 0: exp(D) rounds to 0 and exp of the next value up does not; rounding up: None."""
+    fx = random_float(i)
+    T = fx.zero_exp_bound()
+    if fx.rounding == "ceil":
+        assert T is None
+        return
+    D = np.nextafter(T, np.inf)
+    A = fx.acc
+    assert A.round(np.array([D]), fx.rounding)[0][0] == D  # an accumulator value
+    above = A.from_ordinal(A.ordinal(np.array([D])) + 1)
+    assert exp_round(np.array([D]), A, fx.rounding)[0] == 0 and exp_round(above, A, fx.rounding)[0] > 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_float_two_layer_box_bounds_contain_every_member(seed, monkeypatch):
+    """Two-layer lookup models in random float recipes (those whose first layer is local there): in
+    every round, random members of every box lie within its bounds."""
+    rng = np.random.default_rng(900 + seed)
+    task = RandomLookupTask(3, 8, 2, seed=seed)
+    model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout,
+                      sharp=float(rng.choice([8.0, 16.0, 64.0])))
+    problem = Problem(task, model, random_float(seed))
+    why = Bounds().unsupported(problem, RunOptions())
+    if why is not None:
+        pytest.skip(why)
+    checked = box_bounds_hold(problem, monkeypatch, rng)
+    assert checked and max(checked) > 0
