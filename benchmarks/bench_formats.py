@@ -2,7 +2,7 @@
 bounds engine in float formats against enumeration and against itself in FX.
 
 Run by hand:  python benchmarks/bench_formats.py [--task idxl] [--N 8] [--p 12] [--repeat 2]
-                                                 [--bounds-N 12] [--large-N 256]
+                                                 [--bounds-N 14] [--large-N 64]
 
 Prints, from one run, the exhaustive engine (one worker, verdict included) on one model (built
 for FX(p, f)) in FX(p, f) and in bf16, fp16, e4m3, e5m2 and fp32 with fp32 accumulation, and bf16
@@ -68,8 +68,8 @@ def main() -> None:
     ap.add_argument("--N", type=int, default=8)
     ap.add_argument("--p", type=int, default=12)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--bounds-N", type=int, default=12)
-    ap.add_argument("--large-N", type=int, default=256)
+    ap.add_argument("--bounds-N", type=int, default=14)
+    ap.add_argument("--large-N", type=int, default=64)
     args = ap.parse_args()
     fx_problem = verifier.build_problem(args.task, N=args.N, p=args.p)
     task = fx_problem.task
