@@ -4,7 +4,9 @@ Model i is built from seed 1000 + i: one of the KINDS below, at a random arithme
 usually p // 2 and sometimes anywhere in 0..p, every rounding and accumulation mode, overflow =
 error one time in five).  ``battery_problem(i, grid=True)`` puts the same kind of model on a random
 grid of rational step instead (`random_grid`: steps such as 1/3, 2/5, 1/36, ranges symmetric or
-not).  `decide_all` then requires, with zero tolerance:
+not), ``battery_problem(i, floats=True)`` in a random float recipe (`random_float`: bf16, fp16, e4m3,
+e5m2, fp32 and small float:E:M formats, accumulated in fp32, bf16, fp16, float:5:4 or their own
+format, every IEEE rounding, either overflow rule).  `decide_all` then requires, with zero tolerance:
 
 * enumeration (the exhaustive engine) and the independent reference of tests/reference.py
   (Fractions, mpmath, plain loops) fail on exactly the same inputs (for a task that is a list of
@@ -46,7 +48,7 @@ from verifier.engines import ENGINES, Problem, RunOptions
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.smt import DECIDED, Smt
 from verifier.evaluator import make_evaluator
-from verifier.floats import FloatArith
+from verifier.floats import FLOAT_ROUNDINGS, NAMED, FloatArith, float_format
 from verifier.model import Readout, Recurrent
 from verifier.smt.encoding import encode
 from verifier.smt.floats import TableTooLarge
@@ -102,13 +104,31 @@ def random_grid(i: int, fx: FixedPoint) -> Grid:
     return Grid(GRID_STEPS[int(rng.integers(0, len(GRID_STEPS)))], lo, hi, fx.rounding, fx.overflow, fx.accumulate)
 
 
+def random_float(i: int) -> FloatArith:
+    """A float recipe for model i: every named format and small float:E:M ones, accumulated in fp32,
+    bf16, fp16, float:5:4 or (two times in five) the storage format itself, every IEEE rounding,
+    overflow = error one time in two."""
+    rng = np.random.default_rng(9000 + i)
+    names = [*NAMED, "float:3:2", "float:2:1", "float:4:1"]
+    storage = float_format(names[i % len(names)])
+    acc = storage if rng.random() < 0.4 else float_format(["fp32", "bf16", "fp16", "float:5:4"][i % 4])
+    return FloatArith(storage, acc, FLOAT_ROUNDINGS[(i // 2) % 4], "error" if rng.random() < 0.5 else "saturate")
+
+
 def _edges(fx: Fixed) -> tuple:
     """Weights at the format's edges: the exact range ends, one step beyond, half steps."""
     step = float(fx.step)
     return (fx.hi * step, fx.lo * step, (fx.hi + 1) * step, (fx.lo - 1) * step, step / 2, -step / 2, 1.5 * step)
 
 
-def battery_problem(i: int, grid: bool = False) -> Problem:
+def battery_problem(i: int, grid: bool = False, floats: bool = False) -> Problem:
+    """Model i of the battery, in a random FX format, on a random grid (`grid`), or in a random float
+    recipe (`floats`, `random_float`: the same models as in FX)."""
+    problem = _battery_problem(i, grid)
+    return replace(problem, arith=random_float(i)) if floats else problem
+
+
+def _battery_problem(i: int, grid: bool) -> Problem:
     rng = np.random.default_rng(1000 + i)
     p = int(rng.integers(2, 11))
     f = p // 2 if rng.random() < 0.75 else int(rng.integers(0, p + 1))

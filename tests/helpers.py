@@ -211,3 +211,46 @@ def tracr_outputs(runs: list[tuple[str, list[list[str]]]], vocab: set, max_len: 
         out.append([(np.asarray(assembled.apply(["BOS"] + words).transformer_output, dtype=np.float64)[0, 1:],
                      rasp.evaluate(sop, words)) for words in inputs])
     return out
+
+
+def box_bounds_hold(problem, monkeypatch, rng: np.random.Generator) -> list[int]:
+    """Run the bounds engine on a problem, checking in every round, for random members of every box,
+    that the last layer's logits, the heads' outputs and the readout's scores lie within the box's
+    bounds, and that a member whose evaluation overflows (overflow = error) is in a box that says an
+    overflow is possible.  Boxes are bounded down to two inputs.  Per box checked, how many of its
+    positions held token sets (the caller asks for some)."""
+    from verifier.engines import RunOptions, bounds
+    from verifier.evaluator import Evaluator, trace
+    from verifier.support.budget import Deadline
+
+    ev = Evaluator(problem.model, problem.arith, tables=False)
+    last = len(problem.model.layers) - 1
+    original = bounds._Run._attention
+    checked: list[int] = []
+
+    def attention(self, boxes):
+        att = original(self, boxes)
+        lo, hi, head_ovf = self._head_outputs([h.raw for h in att.heads])
+        ylo, yhi, post_ovf = self._post(lo, hi, self._query_code(boxes))
+        possible = att.ovf | head_ovf | post_ovf
+        sets = np.flatnonzero((boxes.dom >= 0).any(axis=1))  # boxes with token sets first, then any
+        for b in np.concatenate([rng.permutation(sets)[:4], rng.choice(len(boxes), size=min(len(boxes), 2))]):
+            dom = boxes.dom[b]
+            tokens = np.array([rng.choice(self.domains[g]) if g >= 0 else -1 - g for g in dom])
+            out, values = trace(ev, tokens)
+            for hi_, h in enumerate(att.heads):
+                s = values[f"L{last}.H{hi_}.logits"][-1]
+                assert (h.slo[b] <= s).all() and (s <= h.shi[b]).all()
+                o = values[f"L{last}.H{hi_}.out"][-1]
+                assert (lo[b, hi_] <= o).all() and (o <= hi[b, hi_]).all(), (lo[b, hi_], o, hi[b, hi_])
+            y = out.scores[0, -1] if out.scores.ndim == 3 else out.scores[0]
+            assert (ylo[b] <= y).all() and (y <= yhi[b]).all()
+            if problem.arith.overflow == "error" and (out.ovf_at[0, -1] if out.ovf_at is not None else out.ovf[0]):
+                assert possible[b]
+            checked.append(len(set(np.flatnonzero(dom >= 0).tolist())))
+        return att
+
+    monkeypatch.setattr(bounds._Run, "_attention", attention)
+    monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
+    bounds.Bounds().run(problem, RunOptions(deadline=Deadline(120)))
+    return checked

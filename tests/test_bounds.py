@@ -5,12 +5,13 @@ FX softmax on concrete logits, and enumeration on random one-layer models of eve
 
 import numpy as np
 import pytest
-from helpers import RandomLookupTask, random_model
+from battery import random_float
+from helpers import RandomLookupTask, box_bounds_hold, random_model
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import Problem, RunOptions
-from verifier.engines.bounds import Bounds, _softmax_bounds
+from verifier.engines.bounds import Bounds
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator
 from verifier.layer0 import class_table, embedding_overflow, score_table
@@ -65,7 +66,7 @@ def test_softmax_bounds_contain_the_weights_of_every_member(seed):
     if seed % 4 == 0:
         shi = slo  # exact logits: the bounds are the weights
     ovf = np.zeros(B, bool)
-    rows, cols, alo, ahi = _softmax_bounds(fx, slo, shi, ovf)
+    rows, cols, alo, ahi = fx.softmax_bounds(slo, shi, ovf)
     lo, hi = np.zeros((B, L), np.int64), np.zeros((B, L), np.int64)
     lo[rows, cols], hi[rows, cols] = alo, ahi
     for _ in range(50):
@@ -162,3 +163,90 @@ def test_a_timeout_gives_unknown_with_the_cases_covered():
     result = verifier.prove("idxl", N=512, p=12, sigma=64, engine="bounds", timeout=2)
     assert result.verdict == "unknown" and result.status == "timeout"
     assert 0 <= result.covered < result.total and "timeout" in result.reason
+
+
+# -- float formats ----------------------------------------------------------------------------------
+def _acc_values(fx, rng: np.random.Generator, shape, scale: float) -> np.ndarray:
+    """Random values of fx's accumulation format, of magnitudes around scale (some far below)."""
+    x = rng.normal(0, scale, size=shape) * np.where(rng.random(shape) < 0.2, 2.0 ** -rng.integers(5, 30, shape), 1)
+    return fx.acc.round(x, fx.rounding)[0]
+
+
+def _between(fx, rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Random accumulator values in [lo, hi] (lo, hi accumulator values)."""
+    return np.clip(fx.acc.round(rng.uniform(lo, hi), fx.rounding)[0], lo, hi)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_float_softmax_bounds_contain_the_weights_of_every_member(seed):
+    """Logit boxes in random float recipes: the weight of every member, rounded to storage for the
+    value mix as the evaluator rounds it, lies within the bounds; exact logits give the weights."""
+    rng = np.random.default_rng(seed)
+    fx = random_float(seed)
+    B, L = 6, int(rng.integers(1, 12))
+    a, b = _acc_values(fx, rng, (2, B, L), float(rng.choice([1.0, 8.0, 40.0])))
+    slo, shi = np.minimum(a, b), np.maximum(a, b)
+    if seed % 4 == 0:
+        shi = slo
+    ovf = np.zeros(B, bool)
+    rows, cols, alo, ahi = fx.softmax_bounds(slo, shi, ovf)
+    lo, hi = np.zeros((B, L)), np.zeros((B, L))
+    lo[rows, cols], hi[rows, cols] = alo, ahi
+    weights = lambda s: fx.storage.round(fx.softmax(s, None, fx.context((B,)), "attn"), fx.rounding)[0]
+    for _ in range(50):
+        w = weights(_between(fx, rng, slo, shi))
+        assert ((lo <= w) & (w <= hi)).all()
+    if shi is slo:
+        assert (lo == hi).all() and (lo == weights(slo)).all()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_float_head_sums_contain_every_sum_of_members(seed):
+    """A head's output R_S(sum of terms in index order, each partial sum rounded to A) lies within
+    `head_output_bounds` of the terms' bounds (`sum_terms`), and so do the sums with one position's
+    term replaced (`replace_term`, the children of a branch decided from their parent's sums)."""
+    rng = np.random.default_rng(seed)
+    fx = random_float(seed)
+    B, L, mv = 5, int(rng.integers(1, 40)), 2
+    a, b = _acc_values(fx, rng, (2, B, L, mv), float(rng.choice([1.0, 100.0])))
+    zero = rng.random(L) < 0.3  # positions of weight 0 add nothing
+    a[:, zero], b[:, zero] = 0, 0
+    tlo, thi = np.minimum(a, b), np.maximum(a, b)
+    if seed % 3 == 0:
+        thi = tlo  # exact terms
+    bb, jj = np.nonzero((thi != 0).any(axis=2) | (tlo != 0).any(axis=2))
+    raw = fx.sum_terms(bb, tlo[bb, jj], thi[bb, jj], B)
+    j = rng.integers(0, L, size=B)  # the replaced position of each box, its new term a single value
+    new = _between(fx, rng, tlo[np.arange(B), j], thi[np.arange(B), j])
+    at = np.isin(np.arange(B), bb[jj == j[bb]])  # only a position among the box's terms is replaced
+    new = np.where(at[:, None], new, 0)
+    old = [np.where(at[:, None], t[np.arange(B), j], 0) for t in (tlo, thi)]
+    child = fx.replace_term(raw, tuple(old), (new, new))
+    for r, replaced in ((raw, False), (child, True)):
+        lo, hi, ovf = fx.head_output_bounds([r], L)
+        for _ in range(30):
+            t = _between(fx, rng, tlo, thi)
+            if replaced:
+                t[np.arange(B), j] = np.where(at[:, None], new, t[np.arange(B), j])
+            ctx = fx.context((B,))
+            s = fx._sum(np.swapaxes(t, 1, 2), ctx, "out")
+            out, over = fx.storage.round(s, fx.rounding)
+            fine = ~(ctx.ovf | over.any(axis=1)) if fx.overflow == "error" else np.ones(B, bool)
+            assert ((lo[:, 0] <= out) & (out <= hi[:, 0]))[fine].all(), (fx.label(), lo[:, 0], out, hi[:, 0])
+            assert ovf[~fine].all()  # an overflow of the sum (overflow = error) is flagged as possible
+
+
+FLOAT_CASES = [dict(attention="softmax"), dict(attention="relu"), dict(attention="softmax", H=2)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_float_box_bounds_contain_every_member(seed, monkeypatch):
+    """One-layer random models in random float recipes (bf16, fp16, e4m3, e5m2, fp32, small float:E:M;
+    fp32, bf16, fp16 or their own format accumulating): in every round, random members of every box
+    have their logits, head outputs and readout scores within the box's bounds."""
+    rng = np.random.default_rng(700 + seed)
+    task = RandomLookupTask(int(rng.integers(2, 4)), int(rng.integers(4, 7)), 2, seed=seed,
+                            readout="threshold" if seed % 4 == 3 else "argmax")
+    problem = Problem(task, one_layer(rng, task, **FLOAT_CASES[seed % len(FLOAT_CASES)]), random_float(seed))
+    checked = box_bounds_hold(problem, monkeypatch, rng)
+    assert checked and max(checked) > 0

@@ -5,13 +5,12 @@ reference on the differential battery's models (docs/arithmetic.md, "Floating-po
 
 from __future__ import annotations
 
-from dataclasses import replace
 from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
 import pytest
-from battery import battery_problem, decide_all, reference_format
+from battery import battery_problem, decide_all, random_float, reference_format
 from helpers import run
 from reference import quantize_model, ref_forward
 
@@ -125,14 +124,6 @@ def test_exact_operations_round_once(name):
         assert Fraction(fmt.round(np.array([fraction_odd(third)]), rounding)[0][0]) == ref.round_to(third, spec)
 
 
-def _random_float_arith(i: int) -> FloatArith:
-    rng = np.random.default_rng(9000 + i)
-    names = [*NAMED, "float:3:2", "float:2:1", "float:4:1"]
-    storage = float_format(names[i % len(names)])
-    acc = storage if rng.random() < 0.4 else float_format(["fp32", "bf16", "fp16", "float:5:4"][i % 4])
-    return FloatArith(storage, acc, FLOAT_ROUNDINGS[(i // 2) % 4], "error" if rng.random() < 0.5 else "saturate")
-
-
 @pytest.mark.parametrize("i", range(26))
 def test_evaluator_equals_reference_bit_for_bit(i):
     """On the battery's random models in random float recipes, the readout scores of every input
@@ -140,7 +131,7 @@ def test_evaluator_equals_reference_bit_for_bit(i):
     problem = battery_problem(i)
     if isinstance(problem.model, Recurrent):
         pytest.skip("a recurrent model: covered by the battery test below")
-    arith = _random_float_arith(i)
+    arith = random_float(i)
     model, task = problem.model, problem.task
     ref = reference_format(arith)
     q = quantize_model(model, ref)
@@ -161,13 +152,12 @@ def test_evaluator_equals_reference_bit_for_bit(i):
 @pytest.mark.parametrize("i", range(0, 39, 3))
 def test_enumeration_agrees_with_reference(i):
     """The differential battery in float recipes: enumeration and the reference fail on the same
-    inputs, every engine that runs agrees, and `verifier.run` (replay included) gives the verdict;
-    the engines that work on codes refuse (n/a)."""
-    problem = replace(battery_problem(i), arith=_random_float_arith(i))
+    inputs, every engine that runs agrees (the bounds engine included), and `verifier.run` (replay
+    included) gives the verdict; the engines that work on codes refuse (n/a)."""
     # the SMT engine in floats takes minutes a model: tests/test_smt_floats.py runs its battery
-    outcome = decide_all(problem, skip=("encoding", "smt"))
+    outcome = decide_all(battery_problem(i, floats=True), skip=("encoding", "smt"))
     assert outcome["exhaustive"] == "agree"
-    assert all(outcome[name] == "n/a" for name in ("smt-int", "bounds", "reach") if name in outcome)
+    assert all(outcome[name] == "n/a" for name in ("smt-int", "reach") if name in outcome)
 
 
 def test_cli_float_formats(capsys):

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import RandomLookupTask, two_layer
+from battery import random_float
+from helpers import RandomLookupTask, box_bounds_hold, two_layer
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
@@ -18,7 +19,8 @@ from verifier.engines import Problem, RunOptions
 from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator, trace
-from verifier.locality import window_states, zero_exp_bound
+from verifier.floats import exp_round
+from verifier.locality import window_states
 from verifier.support.budget import Deadline
 from verifier.tasks import make_task
 
@@ -44,7 +46,7 @@ def local_model(seed: int, V: int = 3, L: int = 8):
 
 def test_the_zero_bound_is_the_last_zero_of_the_exp_table():
     fx = FixedPoint(16, 4)
-    T = zero_exp_bound(fx)
+    T = fx.zero_exp_bound()
     dmin, table = fx.exp_table()
     assert table[T - dmin] == 0 and table[T + 1 - dmin] > 0
     assert np.exp(float(T) / 16) < 1 / 16 <= np.exp(float(T + 1) / 16)  # floor: code 0 below one step
@@ -172,43 +174,11 @@ def test_box_bounds_contain_every_member(seed, monkeypatch):
     """In every round of a run, for random members of every box: the last layer's logits, the heads'
     outputs and the readout's scores lie within the box's bounds, and a member whose evaluation
     saturates (overflow = error) is in a box that says a saturation is possible."""
-    from verifier.engines import bounds
-
     problem = list(_problems(seed + 1))[seed]
     why = Bounds().unsupported(problem, RunOptions())
     if why is not None:
         pytest.skip(why)
-    ev = Evaluator(problem.model, problem.arith, tables=False)
-    rng = np.random.default_rng(seed)
-    original = bounds._Run._attention
-    checked = []
-
-    def attention(self, boxes):
-        att = original(self, boxes)
-        lo, hi, head_ovf = self._head_outputs([h.raw_lo for h in att.heads], [h.raw_hi for h in att.heads])
-        qcode = self._query_code(boxes)
-        ylo, yhi, post_ovf = self._post(lo, hi, qcode)
-        possible = att.ovf | head_ovf | post_ovf
-        sets = np.flatnonzero((boxes.dom >= 0).any(axis=1))  # boxes with token sets first, then any
-        for b in np.concatenate([rng.permutation(sets)[:4], rng.choice(len(boxes), size=min(len(boxes), 2))]):
-            dom = boxes.dom[b]
-            tokens = np.array([rng.choice(self.domains[g]) if g >= 0 else -1 - g for g in dom])
-            out, values = trace(ev, tokens)
-            for hi_, h in enumerate(att.heads):
-                s = values[f"L1.H{hi_}.logits"][-1]
-                assert (h.slo[b] <= s).all() and (s <= h.shi[b]).all()
-                o = values[f"L1.H{hi_}.out"][-1]
-                assert (lo[b, hi_] <= o).all() and (o <= hi[b, hi_]).all()
-            y = out.scores[0, -1] if out.scores.ndim == 3 else out.scores[0]
-            assert (ylo[b] <= y).all() and (y <= yhi[b]).all()
-            if problem.arith.overflow == "error" and (out.ovf_at[0, -1] if out.ovf_at is not None else out.ovf[0]):
-                assert possible[b]
-            checked.append(len(set(np.flatnonzero(dom >= 0).tolist())))
-        return att
-
-    monkeypatch.setattr(bounds._Run, "_attention", attention)
-    monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
-    Bounds().run(problem, RunOptions(deadline=Deadline(120)))
+    checked = box_bounds_hold(problem, monkeypatch, np.random.default_rng(seed))
     assert checked and max(checked) > 0  # some box held token sets, not single tokens only
 
 
@@ -248,3 +218,35 @@ def test_last_position_cases_partition_each_length_and_fix_its_answer(sigma):
             assert len(tokens) == case.count
             members += [tuple(t) for t in tokens]
         assert len(members) == len(set(members)) == sigma ** n
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_the_float_zero_bound_is_where_exp_stops_rounding_to_zero(i):
+    """T (`FloatArith.zero_exp_bound`) sits just below D, the largest accumulator value whose exp
+    rounds to 0: exp(D) rounds to 0 and exp of the next value up does not; rounding up: None."""
+    fx = random_float(i)
+    T = fx.zero_exp_bound()
+    if fx.rounding == "ceil":
+        assert T is None
+        return
+    D = np.nextafter(T, np.inf)
+    A = fx.acc
+    assert A.round(np.array([D]), fx.rounding)[0][0] == D  # an accumulator value
+    above = A.from_ordinal(A.ordinal(np.array([D])) + 1)
+    assert exp_round(np.array([D]), A, fx.rounding)[0] == 0 and exp_round(above, A, fx.rounding)[0] > 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_float_two_layer_box_bounds_contain_every_member(seed, monkeypatch):
+    """Two-layer lookup models in random float recipes (those whose first layer is local there): in
+    every round, random members of every box lie within its bounds."""
+    rng = np.random.default_rng(900 + seed)
+    task = RandomLookupTask(3, 8, 2, seed=seed)
+    model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout,
+                      sharp=float(rng.choice([8.0, 16.0, 64.0])))
+    problem = Problem(task, model, random_float(seed))
+    why = Bounds().unsupported(problem, RunOptions())
+    if why is not None:
+        pytest.skip(why)
+    checked = box_bounds_hold(problem, monkeypatch, rng)
+    assert checked and max(checked) > 0

@@ -324,6 +324,114 @@ class Fixed:
         """The correctly rounded codes R(exp(d step)) for d = dmin .. 0 (`exp_codes`)."""
         return exp_codes(self.num, self.den, self.lo, self.hi, self.rounding)
 
+    # -- interval bounds (the bounds engine: docs/bounds-engine.md) ----------------------------
+    dtype = np.int64  # of a value array
+
+    @property
+    def largest(self) -> int:
+        """A sum of two values of magnitude at most this much each cannot saturate (below: none can)."""
+        return self.hi
+
+    @property
+    def softmax_floor(self) -> int:
+        """Softmax's s - M does not saturate when it is at least this (compared exactly)."""
+        return self.lo
+
+    def zero_exp_bound(self) -> Optional[int]:
+        """T: the largest softmax argument d (a code <= 0) whose exp code is 0; every d <= T has code 0
+        (the table is monotone, and the softmax reads d < dmin as dmin).  None if no code is 0."""
+        dmin, table = self.exp_table()
+        zeros = np.flatnonzero(table == 0)
+        if not len(zeros) or zeros[0] != 0:
+            return None
+        return dmin + int(zeros[-1])
+
+    def ordinal(self, x: np.ndarray) -> np.ndarray:
+        """Values -> consecutive integers, in order (a code is its own)."""
+        return x
+
+    def from_ordinal(self, k: np.ndarray) -> np.ndarray:
+        return k
+
+    def softmax_bounds(self, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
+        """The entries (box, position) whose softmax weight may be positive, with the weight's bounds:
+        (b, j, alo, ahi); a possible saturation is flagged in ovf (B,).  docs/bounds-engine.md, "Softmax".
+
+        d_j = sat(s_j - M) = sat(min(0, s_j - M_-j)) with M_-j the max over the other positions, so d_j
+        lies in [sat(min(0, slo_j - max_-j shi)), sat(min(0, shi_j - max_-j slo))], and e = R(exp d) is
+        monotone.  With r_j = Z - e_j, a_j = R(e_j / (e_j + r_j)) rises with e_j and falls with r_j:
+        it is bounded by one end of e_j and the other end of r_j (a sum of the other positions' e
+        bounds); and Z is at least exp(0)'s code, which the maximum takes.  Exact logits (slo is shi)
+        give the exact weights, computed once."""
+        dmin, table = self.exp_table()
+        B, L = slo.shape
+        exact = slo is shi
+        if exact:
+            raw = slo - slo.max(axis=1, keepdims=True)
+            ovf |= (raw < self.lo).any(axis=1)
+            e_lo = e_hi = table[np.maximum(raw, dmin) - dmin]
+            d_hi = raw
+        elif L == 1:
+            e_lo = e_hi = table[np.zeros((B, 1), np.int64) - dmin]
+            d_hi = np.zeros((B, 1), np.int64)
+        else:
+            d_lo = np.minimum(0, slo - max_excluding(shi))
+            d_hi = np.minimum(0, shi - max_excluding(slo))
+            ovf |= (d_lo < self.lo).any(axis=1)
+            e_lo = table[np.maximum(d_lo, dmin) - dmin]
+            e_hi = table[np.maximum(d_hi, dmin) - dmin]
+        if self.exp0_saturates:
+            ovf |= (d_hi == 0).any(axis=1)  # exp(0) = 1 is not representable
+        z_lo, z_hi = e_lo.sum(axis=1), e_hi.sum(axis=1)
+        b, j = np.nonzero(e_hi)  # e = 0 gives a = 0 exactly
+        elo, ehi = e_lo[b, j], e_hi[b, j]
+        z0 = max(int(table[-dmin]), 1)
+        a_hi = self.round_div(self.times_den(ehi), self.scale_num(np.maximum(z_lo[b] - elo + ehi, z0)))
+        a_lo = a_hi if exact else self.round_div(self.times_den(elo),
+                                                 self.scale_num(np.maximum(z_hi[b] - ehi + elo, 1)))
+        over = a_hi > self.hi
+        ovf[b[over]] = True
+        return b, j, np.minimum(a_lo, self.hi), np.minimum(a_hi, self.hi)
+
+    def relu_weight_bounds(self, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
+        """ReLU attention: (b, j, alo, ahi) of the entries whose weight ReLU(s) may be positive."""
+        b, j = np.nonzero(shi > 0)
+        return b, j, np.maximum(slo[b, j], 0), shi[b, j]
+
+    def term_bounds(self, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarray, vhi: np.ndarray,
+                    ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of one position's term a v in a head's output, for a in [alo, ahi] (a >= 0) and v in
+        [vlo, vhi]: R(a v) saturated (product accumulation; a possible saturation is flagged in ovf,
+        one flag per row) or the exact product (wide accumulation, rounded after the sum)."""
+        corners = [alo * vlo, alo * vhi, ahi * vlo, ahi * vhi]
+        lo, hi = np.minimum.reduce(corners), np.maximum.reduce(corners)
+        if self.accumulate == "product":
+            lo, hi = self.rescale(lo), self.rescale(hi)
+            ovf |= any_per_row((lo < self.lo) | (hi > self.hi))
+            lo, hi = np.clip(lo, self.lo, self.hi), np.clip(hi, self.lo, self.hi)
+        return lo, hi
+
+    def sum_terms(self, b: np.ndarray, tlo: np.ndarray, thi: np.ndarray, B: int) -> tuple[np.ndarray, ...]:
+        """A head's raw sums over positions (before the final rounding and saturation) from the term
+        bounds of its entries (box b): (lo, hi), each (B, mv).  Integer sums are exact."""
+        raw_lo, raw_hi = np.zeros((B,) + tlo.shape[1:], tlo.dtype), np.zeros((B,) + thi.shape[1:], thi.dtype)
+        np.add.at(raw_lo, b, tlo)
+        np.add.at(raw_hi, b, thi)
+        return raw_lo, raw_hi
+
+    def replace_term(self, raw: tuple, old: tuple, new: tuple) -> tuple[np.ndarray, ...]:
+        """Raw sums with one position's term bounds `old` (lo, hi) replaced by `new`."""
+        return raw[0] - old[0] + new[0], raw[1] - old[1] + new[1]
+
+    def head_output_bounds(self, raws: list, L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, H, mv) bounds of the heads' outputs from their raw sums (`sum_terms`, over at most L
+        positions), and whether a saturation is possible (rows,)."""
+        lo, hi = np.stack([r[0] for r in raws], axis=1), np.stack([r[1] for r in raws], axis=1)
+        if self.accumulate == "wide":
+            lo, hi = self.rescale(lo), self.rescale(hi)
+        ovf = any_per_row((lo < self.lo) | (hi > self.hi))
+        return np.clip(lo, self.lo, self.hi), np.clip(hi, self.lo, self.hi), ovf
+
     def softmax(self, s: np.ndarray, mask: Optional[np.ndarray], ctx: Ctx, name: str,
                 rec: Recorder = None) -> np.ndarray:
         """Max-subtracted softmax (Bhattamishra et al. 2024, Appendix D) over the last axis.
@@ -662,6 +770,8 @@ class Float64Values:
     """What the arithmetics whose values are float64 arrays share (`Real`, `floats.FloatArith`): no
     integer capacity to check, a value is its own real number, ReLU is exact."""
 
+    dtype = np.float64  # of a value array
+
     def check_capacity(self, max_terms: int) -> None:
         return None
 
@@ -735,6 +845,27 @@ if TYPE_CHECKING:
     from .int8 import Int8Arith
 Arithmetic = Union[Fixed, Real, "FloatArith", "Int8Arith"]
 Format = Union[Fixed, "FloatArith", "Int8Arith"]  # what a verdict is decided in (`make_format`)
+
+
+def any_per_row(x: np.ndarray) -> np.ndarray:
+    return x.reshape(x.shape[0], -1).any(axis=1) if x.size else np.zeros(x.shape[0], dtype=bool)
+
+
+def max_excluding(x: np.ndarray) -> np.ndarray:
+    """(B, L): per position, the max over the other positions (L >= 2)."""
+    rows = np.arange(len(x))
+    i1 = x.argmax(axis=1)
+    m1 = x[rows, i1]
+    y = x.copy()
+    y[rows, i1] = lowest(x.dtype)
+    out = np.repeat(m1[:, None], x.shape[1], axis=1)
+    out[rows, i1] = y.max(axis=1)
+    return out
+
+
+def lowest(dtype) -> "int | float":
+    """Below every value of an array of this dtype."""
+    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(np.int64).min // 4
 
 
 def threshold_code(theta: float | Fraction, fx: Fixed) -> int:

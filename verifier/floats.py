@@ -32,7 +32,7 @@ import ml_dtypes
 import mpmath
 import numpy as np
 
-from .arithmetic import Ctx, Float64Values, Recorder
+from .arithmetic import Ctx, Float64Values, Recorder, any_per_row, max_excluding
 from .support.errors import InputError
 
 FLOAT_ROUNDINGS = ("nearest", "floor", "zero", "ceil")  # IEEE 754's four: ties to even, toward -inf, 0, +inf
@@ -108,6 +108,24 @@ class FloatFormat:
         if over.any():
             v = np.where(over, np.copysign(self.max, v), v)
         return v, over
+
+    def ordinal(self, x: np.ndarray) -> np.ndarray:
+        """Values of this format -> consecutive integers in their order (0 at 0): a positive value's
+        rank among the positive values is its exponent field and mantissa read as one integer."""
+        x = np.asarray(x, dtype=np.float64)
+        a = np.abs(x)
+        _, e = np.frexp(a)  # a in [2^(e-1), 2^e)
+        e = np.where(a < math.ldexp(1.0, self.emin), self.emin, e - 1)  # a subnormal: in the quantum of emin
+        k = (e - self.emin) * (1 << self.M) + np.ldexp(a, self.M - e).astype(np.int64)
+        return np.where(x < 0, -k, k)
+
+    def from_ordinal(self, k: np.ndarray) -> np.ndarray:
+        k = np.asarray(k, dtype=np.int64)
+        a = np.abs(k)
+        block, mant = a >> self.M, a & ((1 << self.M) - 1)
+        v = np.where(block == 0, np.ldexp(mant.astype(np.float64), self.emin - self.M),
+                     np.ldexp((mant + (1 << self.M)).astype(np.float64), self.emin + np.maximum(block, 1) - 1 - self.M))
+        return np.where(k < 0, -v, v)
 
     def finite_values(self) -> np.ndarray:
         """Every finite value, ascending (for the tests)."""
@@ -306,6 +324,149 @@ class FloatArith(Float64Values):
             rec(f"{name}.exp", e)
             rec(f"{name}.Z", Z[..., 0])
         return a
+
+
+    # -- interval bounds (the bounds engine: docs/bounds-engine.md, "Floating-point formats") -----
+    @property
+    def largest(self) -> float:
+        """A sum of two values of magnitude at most this much each cannot overflow."""
+        return self.storage.max
+
+    @property
+    def softmax_floor(self) -> float:
+        """Softmax's s - M cannot overflow when its float64 difference is at least this (just above
+        -max: a float64 difference at or above it is of an exact difference above -max)."""
+        return float(np.nextafter(-self.acc.max, 0.0))
+
+    def zero_exp_bound(self) -> Optional[float]:
+        """T with: an exact s - M whose float64 difference is at most T has exp weight exactly 0.  D,
+        the largest accumulator value with R(exp D) = 0 (exp is monotone: found by bisection over the
+        values in order); R(s - M) <= D when s - M <= D; T is D's float64 predecessor (a float64
+        difference at most T is of an exact one below D).  None when no exp rounds to 0 (ceil)."""
+        X = self.acc
+        lo, hi = int(X.ordinal(-X.max)), 0  # exp(lo) rounds to 0 (if any does), exp(hi) = 1
+        if exp_round(np.array([-X.max]), X, self.rounding)[0] != 0:
+            return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            zero = exp_round(X.from_ordinal(np.array([mid])), X, self.rounding)[0] == 0
+            lo, hi = (mid, hi) if zero else (lo, mid)
+        return float(np.nextafter(X.from_ordinal(np.array([lo]))[0], -np.inf))
+
+    def ordinal(self, x: np.ndarray) -> np.ndarray:
+        """Storage values -> consecutive integers, in order (`FloatFormat.ordinal`)."""
+        return self.storage.ordinal(x)
+
+    def from_ordinal(self, k: np.ndarray) -> np.ndarray:
+        return self.storage.from_ordinal(k)
+
+    def threshold_code(self, theta) -> float:
+        """c with  y > c  <=>  y > theta  for every float64 y (see `above`)."""
+        t = float(theta)
+        return t if Fraction(t) <= Fraction(theta) else float(np.nextafter(t, -np.inf))
+
+    def _round_flag(self, fmt: FloatFormat, x: np.ndarray, ovf: np.ndarray) -> np.ndarray:
+        """x rounded to fmt; a possible overflow of a row flagged in ovf (rows: x's first axis)."""
+        v, over = fmt.round(x, self.rounding)
+        ovf |= any_per_row(over)
+        return v
+
+    def softmax_bounds(self, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
+        """(b, j, alo, ahi): the entries whose weight, rounded to storage for the value mix, may be
+        positive, with its bounds; a possible overflow flagged in ovf (B,).
+
+        d_j = R_A(s_j - M) = min(0, R_A(s_j - M_-j)) is bounded as on a grid (`Fixed.softmax_bounds`),
+        and e = R_A(exp d) is monotone.  Z is a sum in index order with every partial sum rounded:
+        monotone in each term, but not a sum from which a term can be taken out exactly, so Z is
+        bounded by the sums of the e bounds themselves, Z_lo = sum(elo) (at least 1: exp(0) is one
+        of its terms) and Z_hi = sum(ehi), and a_j = R_S(R_A(e_j / Z)) by R(ehi / Z_lo) above and
+        R(elo / Z_hi) below (the quotient rises with e and falls with Z).  Exact logits give the
+        exact weights."""
+        A, S = self.acc, self.storage
+        B, L = slo.shape
+        exact = slo is shi
+        if exact or L == 1:
+            d_lo = d_hi = np.minimum(self._round_flag(A, add_odd(slo, -slo.max(axis=1, keepdims=True)), ovf), 0.0)
+        else:
+            d_lo = np.minimum(self._round_flag(A, add_odd(slo, -max_excluding(shi)), ovf), 0.0)
+            d_hi = np.minimum(A.round(add_odd(shi, -max_excluding(slo)), self.rounding)[0], 0.0)
+        e_lo = exp_round(d_lo, A, self.rounding)
+        e_hi = e_lo if d_hi is d_lo else exp_round(d_hi, A, self.rounding)
+        ctx = Ctx((B,), True)
+        z_hi = self._sum(e_hi, ctx, "Z")
+        ovf |= ctx.ovf if self.overflow == "error" else False
+        z_lo = z_hi if e_lo is e_hi else np.maximum(self._sum(e_lo, Ctx((B,), False), "Z"), 1.0)
+        b, j = np.nonzero(e_hi)
+        elo, ehi = e_lo[b, j], e_hi[b, j]
+        weight = lambda e, z: S.round(A.round(div_odd(e, z), self.rounding)[0], self.rounding)
+        a_hi, over = weight(ehi, z_lo[b])
+        a_lo = a_hi if e_lo is e_hi else weight(elo, z_hi[b])[0]
+        ovf[b[over]] = True
+        keep = np.flatnonzero(a_hi > 0)  # R_S(a) = 0 adds exactly 0
+        return b[keep], j[keep], a_lo[keep], a_hi[keep]
+
+    def relu_weight_bounds(self, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
+        """ReLU attention: (b, j, alo, ahi) of the entries whose weight R_S(ReLU(s)) may be positive."""
+        b, j = np.nonzero(shi > 0)
+        over = np.zeros(len(b), bool)
+        ahi = self._round_flag(self.storage, shi[b, j], over)
+        alo = self.storage.round(np.maximum(slo[b, j], 0.0), self.rounding)[0]
+        ovf[b[over]] = True
+        keep = np.flatnonzero(ahi > 0)
+        return b[keep], j[keep], alo[keep], ahi[keep]
+
+    def term_bounds(self, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarray, vhi: np.ndarray,
+                    ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of R_A(a v) for a in [alo, ahi] (a >= 0) and v in [vlo, vhi]: the products are exact
+        in float64, and R_A is monotone; a possible overflow is flagged in ovf, one flag per row."""
+        corners = [alo * vlo, alo * vhi, ahi * vlo, ahi * vhi]
+        lo = self._round_flag(self.acc, np.minimum.reduce(corners), ovf)
+        return lo, self._round_flag(self.acc, np.maximum.reduce(corners), ovf)
+
+    def sum_terms(self, b: np.ndarray, tlo: np.ndarray, thi: np.ndarray, B: int) -> tuple[np.ndarray, ...]:
+        """A head's raw sums: (lo, hi, size, n), each (B, mv) but n (B,): the float64 sums of the term
+        bounds, a bound of sum |t| (max(|tlo|, |thi|) summed) and the number of terms.  The format's
+        own sum (index order, each partial sum rounded) is within gamma(n - 1) size of the exact sum
+        (`head_output_bounds`); a term can be replaced in these sums (`replace_term`), which the
+        format's sum does not allow."""
+        raw = [np.zeros((B,) + tlo.shape[1:]) for _ in range(3)]
+        for r, t in zip(raw, (tlo, thi, np.maximum(np.abs(tlo), np.abs(thi)))):
+            np.add.at(r, b, t)
+        return raw[0], raw[1], raw[2], np.bincount(b, minlength=B)
+
+    def replace_term(self, raw: tuple, old: tuple, new: tuple) -> tuple[np.ndarray, ...]:
+        """One position's term bounds `old` replaced by `new`: the size keeps |old| (a bound of the
+        float64 errors of taking it out), so it still bounds sum |t| and every intermediate."""
+        size = raw[2] + np.maximum(np.abs(new[0]), np.abs(new[1]))
+        return raw[0] - old[0] + new[0], raw[1] - old[1] + new[1], size, raw[3]
+
+    def head_output_bounds(self, raws: list, L: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, H, mv) bounds of the heads' outputs R_S(s), s the sum of a head's terms in A in index
+        order, and whether an overflow is possible (rows,).
+
+        Sequential summation of n terms with unit roundoff u (2^-p rounding to nearest, 2^(1-p)
+        directed, p = M + 1 bits: every rounding of a sum, subnormal or not, is within u of it) is
+        within gamma(n - 1) = (n - 1) u / (1 - (n - 1) u) of sum |t| of the exact sum (Higham,
+        Accuracy and Stability of Numerical Algorithms, 2002, eq. 4.4), when no partial sum
+        overflows: none can while (1 + gamma) sum |t| <= max.  The float64 sums add (n + 8) 2^-52
+        sum |t| at most.  One term (n <= 1) is exact."""
+        A = self.acc
+        lo = np.stack([r[0] for r in raws], axis=1)
+        hi = np.stack([r[1] for r in raws], axis=1)
+        size = np.stack([r[2] for r in raws], axis=1)
+        n = np.stack([r[3] for r in raws], axis=1)[..., None].astype(np.float64)  # (rows, H, 1)
+        u = 2.0 ** -(A.M + 1) if self.rounding == "nearest" else 2.0 ** -A.M
+        nu = np.maximum(n - 1, 0) * u
+        with np.errstate(divide="ignore"):
+            gamma = np.where(nu < 0.5, nu / (1 - nu) * (1 + 2.0 ** -40), np.inf)
+        slack = np.where(n > 1, gamma + (n + 8) * 2.0 ** -52, 0.0) * size
+        wild = ~(size * (1 + gamma) <= A.max)  # a partial sum may overflow, or gamma is unbounded
+        with np.errstate(invalid="ignore", over="ignore"):
+            lo = np.where(wild, -A.max, np.maximum(lo - slack, -A.max))
+            hi = np.where(wild, A.max, np.minimum(hi + slack, A.max))
+        ovf = any_per_row(wild) if self.overflow == "error" else np.zeros(len(lo), bool)
+        lo = self._round_flag(self.storage, lo, ovf)
+        return lo, self._round_flag(self.storage, hi, ovf), ovf
 
 
 def exp_round(d: np.ndarray, fmt: FloatFormat, rounding: str) -> np.ndarray:

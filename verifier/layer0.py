@@ -22,7 +22,8 @@ from typing import Optional
 
 import numpy as np
 
-from .arithmetic import Fixed
+from .arithmetic import Ctx, Fixed
+from .floats import FloatArith
 from .support.budget import Deadline, require_memory
 
 _EXACT_FLOAT = 1 << 53  # integers below this are exact in float64, and so are their sums
@@ -45,7 +46,7 @@ class ClassTable:
         return len(self.values)
 
 
-def class_table(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray,
+def class_table(fx: "Fixed | FloatArith", E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray,
                 b: Optional[np.ndarray] = None, deadline: Optional[Deadline] = None) -> ClassTable:
     """The classes of ``W x0 + b`` over (position, token) pairs, from the quantized embedding E, P."""
     L, V = P.shape[0], E.shape[0]
@@ -65,7 +66,7 @@ def class_table(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: 
     return ClassTable(rid.reshape(L, V).astype(np.int64), values, ctx.ovf.copy())
 
 
-def state_table(fx: Fixed, X: np.ndarray, W: np.ndarray, b: Optional[np.ndarray] = None,
+def state_table(fx: "Fixed | FloatArith", X: np.ndarray, W: np.ndarray, b: Optional[np.ndarray] = None,
                 deadline: Optional[Deadline] = None) -> ClassTable:
     """The classes of ``W x + b`` over a table of states X (L, C, d) (`verifier.locality`'s first
     layer's outputs per position and window of tokens): ``rid`` is (L, C)."""
@@ -81,26 +82,27 @@ def state_table(fx: Fixed, X: np.ndarray, W: np.ndarray, b: Optional[np.ndarray]
     return ClassTable(rid.reshape(X.shape[:2]).astype(np.int64), values, ctx.ovf.copy())
 
 
-def embedding_overflow(fx: Fixed, E: np.ndarray, P: np.ndarray, P_mask: np.ndarray,
+def embedding_overflow(fx: "Fixed | FloatArith", E: np.ndarray, P: np.ndarray, P_mask: np.ndarray,
                        deadline: Optional[Deadline] = None) -> np.ndarray:
-    """(L_max, V) bool: does sat(E[t] + P[i]) clamp some coordinate of the pair (i, t)?"""
+    """(L_max, V) bool: does the embedding E[t] + P[i] saturate (overflow) some coordinate of the pair (i, t)?"""
     L, V = P.shape[0], E.shape[0]
     out = np.zeros((L, V), dtype=bool)
-    if int(np.abs(E).max(initial=0)) + int(np.abs(P).max(initial=0)) <= fx.hi:
+    if np.abs(E).max(initial=0) + np.abs(P).max(initial=0) <= fx.largest:
         return out
     rows = max(1, _CHUNK // max(E.size, 1))
     for a in range(0, L, rows):
         _poll(deadline)
-        s = E[None, :, :] + P[a:a + rows, None, :]
-        out[a:a + rows] = ((s < fx.lo) | (s > fx.hi)).any(axis=-1) & P_mask[None, :]
+        ctx = Ctx((min(rows, L - a), V), True)
+        fx.add(E[None, :, :], P[a:a + rows, None, :], ctx, "embed")
+        out[a:a + rows] = ctx.ovf & P_mask[None, :]
     return out
 
 
-def _lin_chunked(fx: Fixed, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx,
+def _lin_chunked(fx: "Fixed | FloatArith", W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx,
                  deadline: Optional[Deadline] = None) -> np.ndarray:
     """fx.lin on row chunks, each temporary (rows x out x in) below _CHUNK elements."""
     rows = max(1, _CHUNK // max(W.size, 1))
-    out = np.empty((len(x), W.shape[0]), dtype=np.int64)
+    out = np.empty((len(x), W.shape[0]), dtype=fx.dtype)
     for a in range(0, len(x), rows):
         _poll(deadline)
         sub = fx.context((min(rows, len(x) - a),))
@@ -109,7 +111,7 @@ def _lin_chunked(fx: Fixed, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray
     return out
 
 
-def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray,
+def score_table(fx: "Fixed | FloatArith", Q: np.ndarray, K: np.ndarray,
                 deadline: Optional[Deadline] = None) -> tuple[np.ndarray, np.ndarray]:
     """Every logit <q, k> of the rows of Q (nq, m) against the rows of K (nk, m), by the linear
     rule, and where computing it saturated: (nq, nk) codes and flags.
@@ -121,9 +123,11 @@ def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray,
     float64 matrix product (exact: every partial sum stays below 2^53); columns with few distinct
     key codes go through indicators (`_by_indicators`); the rest are summed product by product.
     Wide accumulation is one exact matrix product when its sums fit 2^53, and product by product
-    otherwise."""
+    otherwise.  A float format's logits are its own dot products (`FloatArith.scores`), in chunks."""
     nq, nk = len(Q), len(K)
     require_memory(8.0 * 3 * nq * nk, f"the layer-0 logit table ({nq:,} x {nk:,})")
+    if not isinstance(fx, Fixed):
+        return _float_scores(fx, Q, K, deadline)
     m = Q.shape[1]
     qmax, kmax = np.abs(Q).max(0, initial=0), np.abs(K).max(0, initial=0)
     ovf = np.zeros((nq, nk), dtype=bool)
@@ -145,6 +149,20 @@ def score_table(fx: Fixed, Q: np.ndarray, K: np.ndarray,
     else:
         raw = _direct(fx, Q, K, ovf, rounded=False, deadline=deadline)
     return _saturate(fx, fx.round_den(fx.scale_num(raw)), ovf)
+
+
+def _float_scores(fx: FloatArith, Q: np.ndarray, K: np.ndarray,
+                  deadline: Optional[Deadline] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every logit <q, k> in a float format, with its overflow flags, in query-row chunks."""
+    nq, nk = len(Q), len(K)
+    s, ovf = np.empty((nq, nk)), np.zeros((nq, nk), dtype=bool)
+    rows = max(1, _CHUNK // max(nk * Q.shape[1], 1))
+    for a in range(0, nq, rows):
+        _poll(deadline)
+        ctx = Ctx((min(rows, nq - a), nk), True)
+        s[a:a + rows] = fx.scores(Q[a:a + rows], K, ctx, "logits")
+        ovf[a:a + rows] = ctx.ovf
+    return s, ovf
 
 
 def _by_indicators(fx: Fixed, Q: np.ndarray, K: np.ndarray, ovf: np.ndarray) -> np.ndarray:

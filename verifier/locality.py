@@ -5,7 +5,9 @@ query's output (R(0 v) = 0, and 0 to Z).  If, at query position i, every key pos
 window W(i) = {i - w, ..., i} has, for every query token and every token at every position,
 s(i, j) - s(i, k) <= T for some k in W(i) (T: the largest argument whose exp code is 0), then
 s_j - M <= T and j's weight is exactly 0: the layer's output at i is a function of the tokens of
-W(i) only.  `first_layer_window` decides this from the layer-0 logit tables (`verifier.layer0`):
+W(i) only.  In a float format the same holds with T the float64 predecessor of the largest
+accumulator value whose exp rounds to 0 (`FloatArith.zero_exp_bound`): a float64 difference of
+logits at most T is of an exact one below it.  `first_layer_window` decides this from the layer-0 logit tables (`verifier.layer0`):
 with the logits' maximum over the tokens of j and, for the window, the largest of its positions'
 minima (M is at least every one of them), one comparison per (query token, key position).
 
@@ -28,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Fixed
+from .floats import FloatArith
 from .evaluator import Evaluator
 from .layer0 import ClassTable
 from .support.budget import require_memory
@@ -55,21 +58,11 @@ class Window:
         return out
 
 
-def zero_exp_bound(fx: Fixed) -> Optional[int]:
-    """T: the largest softmax argument d (a code <= 0) whose exp code is 0; every d <= T has code 0
-    (the table is monotone, and the softmax reads d < dmin as dmin).  None if no code is 0."""
-    dmin, table = fx.exp_table()
-    zeros = np.flatnonzero(table == 0)
-    if not len(zeros) or zeros[0] != 0:
-        return None
-    return dmin + int(zeros[-1])
-
-
-def first_layer_window(fx: Fixed, queries: list[ClassTable], keys: list[ClassTable], logits: list[np.ndarray],
+def first_layer_window(fx: "Fixed | FloatArith", queries: list[ClassTable], keys: list[ClassTable], logits: list[np.ndarray],
                        logit_ovf: list[np.ndarray], length: int) -> tuple[Optional[Window], str]:
     """The narrowest window of a causal softmax first layer (every head), over inputs of at most
     `length` positions with any token at any position, or None and why not."""
-    T = zero_exp_bound(fx)  # None: no exp code is 0, and the window is every position up to i
+    T = fx.zero_exp_bound()  # None: no exp code is 0, and the window is every position up to i
     V = queries[0].rid.shape[1]
     width = 0
     for tq, tk, S, F in zip(queries, keys, logits, logit_ovf):
@@ -83,8 +76,8 @@ def first_layer_window(fx: Fixed, queries: list[ClassTable], keys: list[ClassTab
             ok[1:] = T is not None and (outside[:, :-1] - inside[:, 1:] <= T).all(axis=0)
             if fx.overflow == "error":
                 hit = np.logical_or.accumulate(F[tq.rid[i][:, None, None], tk.rid[:i + 1][None, :, :]].any(axis=(0, 2)))
-                low = np.minimum.accumulate(smin.min(axis=0)) - int(smax.max())
-                ok[1:] &= ~hit[:-1] & (low[:-1] >= fx.lo)
+                low = np.minimum.accumulate(smin.min(axis=0)) - smax.max()
+                ok[1:] &= ~hit[:-1] & (low[:-1] >= fx.softmax_floor)
             a = int(np.flatnonzero(ok).max())
             width = max(width, i - a)
             if V ** (width + 1) > MAX_WINDOW_CODES:
@@ -103,7 +96,7 @@ def window_states(ev: Evaluator, window: Window) -> tuple[np.ndarray, np.ndarray
     b = np.arange(C)
     tokens = (b[:, None] // V ** (np.arange(L) % (w + 1))[None, :]) % V
     X, kovf, qovf = ev.first_layer(tokens)
-    states = np.empty((L, C, X.shape[2]), dtype=np.int64)
+    states = np.empty((L, C, X.shape[2]), dtype=X.dtype)
     flags = np.zeros((L, C), dtype=bool)
     for i in range(L):
         code = window.code(tokens, i)

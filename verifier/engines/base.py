@@ -117,8 +117,8 @@ def codes_only(problem: Problem) -> Optional[str]:
         return None
     if isinstance(problem.arith, Int8Arith):
         return "it works on fixed-point codes; int8 with scales is not a grid (the exhaustive engine decides int8)"
-    return (f"it works on fixed-point codes; {problem.arith.storage.name} is a float format (the exhaustive engine "
-            f"decides float formats)")
+    return (f"it works on fixed-point codes; {problem.arith.storage.name} is a float format (the exhaustive, bounds "
+            f"and smt engines decide float formats)")
 
 
 class Engine(Protocol):

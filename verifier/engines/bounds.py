@@ -29,6 +29,11 @@ inputs, whose bounds are their exact values (the batched evaluator decides them 
 task does not say where the answer is, and decides any single input the bounds leave open), so
 the engine is complete.
 
+What depends on the arithmetic (the softmax weights, a position's term, a head's sums, the
+threshold, a value's rank) is a method of the arithmetic object: `Fixed` on a grid, `FloatArith`
+in a float format, whose head sums are sums in index order with every partial sum rounded, bounded
+through their error (docs/bounds-engine.md, "Floating-point formats").
+
 Cases of one length are processed together, as (boxes x positions) arrays; nothing loops over
 inputs.  The open boxes are kept depth first, and each round takes as many as fit in MEMORY
 by an estimate of its arrays from the sizes (`_Footprint`): the memory stays bounded however
@@ -57,7 +62,8 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ..arithmetic import Fixed
+from ..arithmetic import Fixed, any_per_row, lowest
+from ..floats import FloatArith
 from ..evaluator import Evaluator, fitting_evaluator
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table, state_table
 from ..locality import Window, first_layer_window, window_states
@@ -67,7 +73,7 @@ from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import Task, case_splits
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
+from .base import EngineResult, Found, Problem, RunOptions, Tick
 from .cost import products
 
 FIRST_LENGTH_INPUTS = 1 << 12  # a readout at every position: the inputs of the first length, all evaluated
@@ -110,7 +116,6 @@ class _Model:
         """Layer 0's class tables; for two layers, the first layer's window and output table, and
         the last layer's class tables over (position, window code) (`verifier.locality`)."""
         q, fx = ev.q, ev.arith
-        assert isinstance(fx, Fixed)  # `unsupported` refuses the other formats
         heads = _layer0_heads(ev, deadline)
         window = states = None
         if len(q.layers) > 1:
@@ -138,7 +143,6 @@ class _Model:
 def _layer0_heads(ev: Evaluator, deadline: Optional[Deadline] = None) -> list[_Head]:
     """Layer 0's heads as class tables over (position, token), with their logit tables."""
     q, fx = ev.q, ev.arith
-    assert isinstance(fx, Fixed)
     heads = []
     for h in q.layers[0].heads:
         tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline) for W, b in h.MAPS)
@@ -159,7 +163,6 @@ def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], 
     why = _not_certified(ev.q)
     if why is not None:
         return None, why
-    assert isinstance(ev.arith, Fixed)
     return first_layer_window(ev.arith, [h.q for h in heads], [h.k for h in heads], [h.logits for h in heads],
                               [h.logit_ovf for h in heads], ev.q.max_len)
 
@@ -253,7 +256,8 @@ class _Footprint:
 class _HeadBounds:
     """One head over a set of boxes.  Logit bounds per position (one array when they are exact);
     the positions whose weight may be positive (the others add exactly 0), with their weight
-    and term bounds; and the heads' raw sums (before the final rounding and saturation)."""
+    and term bounds; and the heads' raw sums (before the final rounding and saturation: the
+    arithmetic's `sum_terms`)."""
 
     slo: np.ndarray  # (B, L)
     shi: np.ndarray
@@ -263,8 +267,7 @@ class _HeadBounds:
     ahi: np.ndarray
     tlo: np.ndarray  # (K, mv) term bounds
     thi: np.ndarray
-    raw_lo: np.ndarray  # (B, mv)
-    raw_hi: np.ndarray
+    raw: tuple  # arrays (B, ...)
 
     @property
     def exact(self) -> bool:
@@ -277,14 +280,14 @@ class _HeadBounds:
         slo = self.slo[rows]
         return _HeadBounds(slo, slo if self.exact else self.shi[rows], where[self.b[keep]], self.j[keep],
                            self.alo[keep], self.ahi[keep], self.tlo[keep], self.thi[keep],
-                           self.raw_lo[rows], self.raw_hi[rows])
+                           tuple(r[rows] for r in self.raw))
 
     def at(self, j: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per box, the weight and term bounds at its position j (0 where the weight is 0)."""
-        B, mv = self.raw_lo.shape
+        B, mv = len(self.slo), self.tlo.shape[1]
         hit = np.flatnonzero(self.j == j[self.b])
-        alo, ahi = np.zeros(B, np.int64), np.zeros(B, np.int64)
-        tlo, thi = np.zeros((B, mv), np.int64), np.zeros((B, mv), np.int64)
+        alo, ahi = np.zeros(B, self.alo.dtype), np.zeros(B, self.ahi.dtype)
+        tlo, thi = np.zeros((B, mv), self.tlo.dtype), np.zeros((B, mv), self.thi.dtype)
         rows = self.b[hit]
         alo[rows], ahi[rows], tlo[rows], thi[rows] = self.alo[hit], self.ahi[hit], self.tlo[hit], self.thi[hit]
         return alo, ahi, tlo, thi
@@ -321,8 +324,6 @@ class Bounds:
     symbolic = True
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
-        if codes_only(problem):
-            return codes_only(problem)
         model = problem.model
         if isinstance(model, Recurrent):
             return "it bounds attention; a recurrent model has none"
@@ -433,7 +434,7 @@ class _Run:
         opts.deadline.check()
         # an evaluator of its own: its plans are cached by the id of arrays this run makes (`_lin`)
         self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False), opts.deadline)
-        self.fx: Fixed = problem.arith
+        self.fx: "Fixed | FloatArith" = problem.arith
         self.q = self.m.ev.q
         self.footprint = _Footprint.of(self.q)
         self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))
@@ -583,7 +584,7 @@ class _Run:
             if not len(boxes):
                 return boxes
         att = self._attention(boxes)
-        lo, hi, ovf = self._head_outputs([h.raw_lo for h in att.heads], [h.raw_hi for h in att.heads])
+        lo, hi, ovf = self._head_outputs([h.raw for h in att.heads])
         status = self._judge(boxes, lo, hi, att.ovf | ovf, self._truth(boxes), found)
         single = np.flatnonzero((status == 0) & (boxes.dom < 0).all(axis=1))
         if len(single):  # one input the bounds leave open (a possible saturation): the evaluator decides
@@ -774,7 +775,7 @@ class _Run:
         heads = []
         for hi, h in enumerate(self.m.heads):
             qrow = h.q.rid[L - 1, qtok]
-            slo, shi = np.empty((B, L), np.int64), np.empty((B, L), np.int64)
+            slo, shi = np.empty((B, L), h.logits.dtype), np.empty((B, L), h.logits.dtype)
             exact = True
             if slot is not None:
                 exact = self._window_logits(h, qrow, slot, ("k", hi), slo, shi, ovf)
@@ -790,29 +791,24 @@ class _Run:
                 if self.m.pair_ovf is not None:
                     hit = h.logit_ovf[qrow[rows][:, None, None], kid] if p < 0 else \
                         h.logit_ovf[qrow[rows]][:, kid.reshape(-1)]
-                    ovf[rows] |= _any_per_row(hit)
+                    ovf[rows] |= any_per_row(hit)
             slo[:, -1] = shi[:, -1] = h.logits[qrow, h.k.rid[L - 1, qtok]]
             if self.m.pair_ovf is not None:
                 ovf |= h.logit_ovf[qrow, h.k.rid[L - 1, qtok]]
             if exact:
                 shi = slo
             if self.layer.attention == "softmax":
-                b, j, alo, ahi = _softmax_bounds(fx, slo, shi, ovf)
+                b, j, alo, ahi = fx.softmax_bounds(slo, shi, ovf)
             else:
-                b, j = np.nonzero(shi > 0)
-                alo, ahi = np.maximum(slo[b, j], 0), shi[b, j]
+                b, j, alo, ahi = fx.relu_weight_bounds(slo, shi, ovf)
             if slot is None:
                 vlo, vhi = self._value_bounds(h, boxes, b, j, ("v", hi))
             else:
                 vlo, vhi = self._window_values(h, boxes, b, j, slot, ("v", hi))
             term_ovf = np.zeros(len(b), dtype=bool)
-            tlo, thi = _term_bounds(fx, alo[:, None], ahi[:, None], vlo, vhi, term_ovf)
+            tlo, thi = fx.term_bounds(alo[:, None], ahi[:, None], vlo, vhi, term_ovf)
             ovf[b[term_ovf]] = True
-            mv = h.v.values.shape[1]
-            raw_lo, raw_hi = np.zeros((B, mv), np.int64), np.zeros((B, mv), np.int64)
-            np.add.at(raw_lo, b, tlo)
-            np.add.at(raw_hi, b, thi)
-            heads.append(_HeadBounds(slo, shi, b, j, alo, ahi, tlo, thi, raw_lo, raw_hi))
+            heads.append(_HeadBounds(slo, shi, b, j, alo, ahi, tlo, thi, fx.sum_terms(b, tlo, thi, B)))
         return _Attention(heads, ovf)
 
     def _window_logits(self, h: _Head, qrow: np.ndarray, slot: np.ndarray, key, slo: np.ndarray, shi: np.ndarray,
@@ -845,8 +841,8 @@ class _Run:
     def _value_bounds(self, h: _Head, boxes: _Boxes, b: np.ndarray, j: np.ndarray,
                       key) -> tuple[np.ndarray, np.ndarray]:
         """(K, mv) bounds of the value vectors at the entries (box b, position j)."""
-        mv = h.v.values.shape[1]
-        vlo, vhi = np.empty((len(b), mv), np.int64), np.empty((len(b), mv), np.int64)
+        mv, dtype = h.v.values.shape[1], h.v.values.dtype
+        vlo, vhi = np.empty((len(b), mv), dtype), np.empty((len(b), mv), dtype)
         query = j == self.L - 1
         qv = h.v.values[h.v.rid[self.L - 1, self._query_code(boxes)[b[query]]]]
         vlo[query], vhi[query] = qv, qv
@@ -863,14 +859,9 @@ class _Run:
             vlo[mine], vhi[mine] = vals.min(axis=1), vals.max(axis=1)
         return vlo, vhi
 
-    def _head_outputs(self, raw_lo: list, raw_hi: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _head_outputs(self, raws: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rows, H, mv) bounds of the heads' outputs from their raw sums, and possible saturation."""
-        fx = self.fx
-        lo, hi = np.stack(raw_lo, axis=1), np.stack(raw_hi, axis=1)
-        if fx.accumulate == "wide":
-            lo, hi = fx.rescale(lo), fx.rescale(hi)
-        ovf = _any_per_row((lo < fx.lo) | (hi > fx.hi))
-        return np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi), ovf
+        return self.fx.head_output_bounds(raws, self.L)
 
     def _judge(self, boxes: _Boxes, hlo: np.ndarray, hhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray,
                found: list) -> np.ndarray:
@@ -893,7 +884,9 @@ class _Run:
         ovf = ovf & self.track  # a saturation fails an input only under overflow = error
         ylo, yhi, post_ovf = self._post(hlo, hhi, qtok)
         status, margin = self._verdict(ylo, yhi, ovf | post_ovf, truth)
-        width = _rows(hhi - hlo + 1).astype(np.float64)
+        fx = self.fx
+        olo = fx.ordinal(hlo)  # a value's rank: the points between two bounds are consecutive ranks
+        width = _rows(fx.ordinal(hhi) - olo + 1).astype(np.float64)
         points = np.prod(width, axis=1)
         rows = np.flatnonzero((status == 0) & (truth >= 0) & (points <= POINTS_PER_ROW))
         rows = rows[np.cumsum(points[rows]) <= self.points_per_call]
@@ -904,7 +897,7 @@ class _Run:
         local = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
         w = width[rows].astype(np.int64)[row_of]
         stride = np.cumprod(np.concatenate([np.ones((len(w), 1), np.int64), w[:, :-1]], axis=1), axis=1)
-        code = _rows(hlo[rows])[row_of] + (local[:, None] // stride) % w
+        code = fx.from_ordinal(_rows(olo[rows])[row_of] + (local[:, None] // stride) % w)
         code = code.reshape((len(code),) + hlo.shape[1:])
         plo, phi, povf = self._post(code, code, qtok[rows][row_of])
         pstatus, pmargin = self._verdict(plo, phi, povf, truth[rows][row_of])
@@ -961,11 +954,11 @@ class _Run:
         if not gathered:
             xl, xh = xl[..., None, :], xh[..., None, :]
         up = Wc > 0
-        ylo = np.zeros(lo.shape[:-1] + (W.shape[0],), dtype=np.int64) if b is None else \
+        ylo = np.zeros(lo.shape[:-1] + (W.shape[0],), dtype=lo.dtype) if b is None else \
             np.broadcast_to(b, lo.shape[:-1] + (W.shape[0],)).copy()
         yhi = ylo.copy()
-        ylo[..., live] = self.fx._dot(np.where(up, xl, xh), Wc, bl, ctx, "lin")
-        yhi[..., live] = self.fx._dot(np.where(up, xh, xl), Wc, bl, ctx, "lin")
+        ylo[..., live] = self.fx.lin_gathered(Wc, np.where(up, xl, xh), bl, ctx, "lin")
+        yhi[..., live] = self.fx.lin_gathered(Wc, np.where(up, xh, xl), bl, ctx, "lin")
         return ylo, yhi
 
     def _truth(self, boxes: _Boxes) -> np.ndarray:
@@ -999,8 +992,8 @@ class _Run:
             # on all of it when yhi <= c; a wanted 0 holds when yhi <= c and fails when ylo > c
             c = fx.threshold_code(ro.theta)
             want = ((t[:, None] >> np.arange(ylo.shape[1])) & 1) == 1
-            low = np.where(want, ylo - c, c - yhi + 1).min(axis=1)
-            high = np.where(want, yhi - c, c - ylo + 1).min(axis=1)
+            low = np.where(want, ylo > c, yhi <= c).all(axis=1).astype(np.int64)  # 1: every bit holds
+            high = 1 - np.where(want, yhi <= c, ylo > c).any(axis=1)  # 0: some bit fails
             margin = np.where(want, fx.to_real(ylo) - float(ro.theta), float(ro.theta) - fx.to_real(yhi)).min(axis=1)
         status = np.zeros(len(t), dtype=np.int64)
         status[known & (low > 0) & ~ovf] = 1
@@ -1082,7 +1075,7 @@ class _Run:
         self.stats.max_depth = max(self.stats.max_depth, int(boxes.depth.max(initial=0)) + 1)
         at = [h.at(j) for h in att.heads]  # per head: the parents' weight and term bounds at j
         key = np.concatenate([np.stack([alo, ahi], axis=1) for alo, ahi, _, _ in at]
-                             + [h.raw_lo for h in att.heads] + [h.raw_hi for h in att.heads]
+                             + [_rows(r) for h in att.heads for r in h.raw]
                              + [t for _, _, tlo, thi in at for t in (tlo, thi)]
                              + [att.ovf[:, None]] + ([-1 - boxes.dom[:, -1:]] if self.layer.residual else []), axis=1)
         _, uid = _unique_rows(key)
@@ -1095,13 +1088,12 @@ class _Run:
         pick, inv = _unique_rows(np.stack([uid[parent], truth] + vclass, axis=1))
         par = parent[pick]
         ovf = att.ovf[par].copy()
-        raw_lo, raw_hi = [], []
+        raws = []
         for h, head, vc, (alo, ahi, old_lo, old_hi) in zip(att.heads, self.m.heads, vclass, at):
             v = head.v.values[vc[pick]]
-            new_lo, new_hi = _term_bounds(fx, alo[par][:, None], ahi[par][:, None], v, v, ovf)
-            raw_lo.append(h.raw_lo[par] - old_lo[par] + new_lo)
-            raw_hi.append(h.raw_hi[par] - old_hi[par] + new_hi)
-        lo, hi, head_ovf = self._head_outputs(raw_lo, raw_hi)
+            new = fx.term_bounds(alo[par][:, None], ahi[par][:, None], v, v, ovf)
+            raws.append(fx.replace_term(tuple(r[par] for r in h.raw), (old_lo[par], old_hi[par]), new))
+        lo, hi, head_ovf = self._head_outputs(raws)
         status, margin = self._readout(lo, hi, self._query_code(boxes)[par], ovf | head_ovf, truth[pick])
         self.stats.margin(margin[status == 1])
         status = status[inv]
@@ -1163,86 +1155,16 @@ class _Run:
         return self._leaf_ev or self.m.ev
 
 
-def _term_bounds(fx: Fixed, alo: np.ndarray, ahi: np.ndarray, vlo: np.ndarray, vhi: np.ndarray,
-                 ovf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds of one position's term a v in a head's output, for a in [alo, ahi] (a >= 0) and v in
-    [vlo, vhi]: R(a v) saturated (product accumulation; a possible saturation is flagged in ovf,
-    one flag per row) or the exact product (wide accumulation, rounded after the sum)."""
-    corners = [alo * vlo, alo * vhi, ahi * vlo, ahi * vhi]
-    lo, hi = np.minimum.reduce(corners), np.maximum.reduce(corners)
-    if fx.accumulate == "product":
-        lo, hi = fx.rescale(lo), fx.rescale(hi)
-        ovf |= _any_per_row((lo < fx.lo) | (hi > fx.hi))
-        lo, hi = np.clip(lo, fx.lo, fx.hi), np.clip(hi, fx.lo, fx.hi)
-    return lo, hi
-
-
-def _softmax_bounds(fx: Fixed, slo: np.ndarray, shi: np.ndarray, ovf: np.ndarray):
-    """The entries (box, position) whose softmax weight may be positive, with the weight's bounds:
-    (b, j, alo, ahi); a possible saturation is flagged in ovf (B,).  docs/bounds-engine.md, "Softmax".
-
-    d_j = sat(s_j - M) = sat(min(0, s_j - M_-j)) with M_-j the max over the other positions, so d_j
-    lies in [sat(min(0, slo_j - max_-j shi)), sat(min(0, shi_j - max_-j slo))], and e = R(exp d) is
-    monotone.  With r_j = Z - e_j, a_j = R(e_j / (e_j + r_j)) rises with e_j and falls with r_j:
-    it is bounded by one end of e_j and the other end of r_j (a sum of the other positions' e
-    bounds); and Z is at least exp(0)'s code, which the maximum takes.  Exact logits (slo is shi)
-    give the exact weights, computed once."""
-    dmin, table = fx.exp_table()
-    B, L = slo.shape
-    exact = slo is shi
-    if exact:
-        raw = slo - slo.max(axis=1, keepdims=True)
-        ovf |= (raw < fx.lo).any(axis=1)
-        e_lo = e_hi = table[np.maximum(raw, dmin) - dmin]
-        d_hi = raw
-    elif L == 1:
-        e_lo = e_hi = table[np.zeros((B, 1), np.int64) - dmin]
-        d_hi = np.zeros((B, 1), np.int64)
-    else:
-        d_lo = np.minimum(0, slo - _max_excluding(shi))
-        d_hi = np.minimum(0, shi - _max_excluding(slo))
-        ovf |= (d_lo < fx.lo).any(axis=1)
-        e_lo = table[np.maximum(d_lo, dmin) - dmin]
-        e_hi = table[np.maximum(d_hi, dmin) - dmin]
-    if fx.exp0_saturates:
-        ovf |= (d_hi == 0).any(axis=1)  # exp(0) = 1 is not representable
-    z_lo, z_hi = e_lo.sum(axis=1), e_hi.sum(axis=1)
-    b, j = np.nonzero(e_hi)  # e = 0 gives a = 0 exactly
-    elo, ehi = e_lo[b, j], e_hi[b, j]
-    z0 = max(int(table[-dmin]), 1)
-    a_hi = fx.round_div(fx.times_den(ehi), fx.scale_num(np.maximum(z_lo[b] - elo + ehi, z0)))
-    a_lo = a_hi if exact else fx.round_div(fx.times_den(elo), fx.scale_num(np.maximum(z_hi[b] - ehi + elo, 1)))
-    over = a_hi > fx.hi
-    ovf[b[over]] = True
-    return b, j, np.minimum(a_lo, fx.hi), np.minimum(a_hi, fx.hi)
-
-
 def _rows(x: np.ndarray) -> np.ndarray:
     """(n, ...) -> (n, everything else), also when a dimension is 0."""
     return x.reshape(x.shape[0], int(np.prod(x.shape[1:], dtype=np.int64)))
-
-
-def _any_per_row(x: np.ndarray) -> np.ndarray:
-    return _rows(x).any(axis=1)
-
-
-def _max_excluding(x: np.ndarray) -> np.ndarray:
-    """(B, L): per position, the max over the other positions (L >= 2)."""
-    rows = np.arange(len(x))
-    i1 = x.argmax(axis=1)
-    m1 = x[rows, i1]
-    y = x.copy()
-    y[rows, i1] = np.iinfo(np.int64).min
-    out = np.repeat(m1[:, None], x.shape[1], axis=1)
-    out[rows, i1] = y.max(axis=1)
-    return out
 
 
 def _max_others(y: np.ndarray, t: np.ndarray) -> np.ndarray:
     """(B,) the max of y (B, C) over the columns other than t."""
     rows = np.arange(len(y))
     z = y.copy()
-    z[rows, t] = np.iinfo(np.int64).min // 4
+    z[rows, t] = lowest(z.dtype)
     return z.max(axis=1)
 
 
