@@ -99,7 +99,8 @@ def _full(size: int, grid: bool = False, floats: bool = False) -> None:
     for r in results.values():
         if isinstance(r, dict):
             counts.update({r["verdict"]: 1, f"bv {r['bv']}": 1, f"int {r['int']}": 1, f"bounds {r['bounds']}": 1})
-    print(f"\n{'grid battery' if grid else 'float battery' if floats else 'battery'}: {len(results)} models in {time.monotonic() - t0:.0f} s on "
+    kind = "grid battery" if grid else "float battery" if floats else "battery"
+    print(f"\n{kind}: {len(results)} models in {time.monotonic() - t0:.0f} s on "
           f"{os.cpu_count()} cores; {dict(sorted(counts.items()))}; {len(failures)} disagreements")
     assert not failures, sorted(failures.items())[:10]
     assert counts["proved"] and counts["refuted"]

@@ -20,7 +20,7 @@ from reference import RefInt8, ref_int8_forward
 import verifier
 from verifier import calibration
 from verifier.arithmetic import make_format
-from verifier.engines import RunOptions
+from verifier.engines import ENGINES, RunOptions
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator, make_evaluator, trace
 from verifier.int8 import (
@@ -132,7 +132,6 @@ def test_enumeration_agrees_with_reference(i):
                     failing.add(tuple(int(t) for t in row))
     assert found == failing
     for name in ("smt", "bounds", "reach"):
-        from verifier.engines import ENGINES
         assert "int8" in ENGINES[name].unsupported(problem, RunOptions())
 
 
@@ -262,7 +261,8 @@ def test_cli_spelling_and_refusals(capsys):
     assert make_format("int8:channel").overflow == "saturate"
     for args, words in ((["--format", "int8:row"], "int8 takes"), (["--format", "int8", "--p", "8"], "int8"),
                         (["--format", "int8", "--rounding", "floor"], "int8"),
-                        (["--format", "int8", "--engine", "smt"], "int8 with scales is not a grid")):
+                        (["--format", "int8", "--engine", "smt"], "int8 with scales is not a grid"),
+                        (["--format", "int8", "--engine", "bounds"], "int8 with scales has no interval bounds")):
         code, _, err = run(capsys, "idxl", "--N", "3", *args)
         assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, (args, err)
     code, out, err = run(capsys, "sweep", "dyck22", "--N", "5..6", "--format", "bf16,int8,int8:tensor", "--json")

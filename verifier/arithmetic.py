@@ -848,7 +848,7 @@ Format = Union[Fixed, "FloatArith", "Int8Arith"]  # what a verdict is decided in
 
 
 def any_per_row(x: np.ndarray) -> np.ndarray:
-    return x.reshape(x.shape[0], -1).any(axis=1) if x.size else np.zeros(x.shape[0], dtype=bool)
+    return np.asarray(x.reshape(x.shape[0], -1).any(axis=1)) if x.size else np.zeros(x.shape[0], dtype=bool)
 
 
 def max_excluding(x: np.ndarray) -> np.ndarray:

@@ -344,7 +344,7 @@ class FloatArith(Float64Values):
         values in order); R(s - M) <= D when s - M <= D; T is D's float64 predecessor (a float64
         difference at most T is of an exact one below D).  None when no exp rounds to 0 (ceil)."""
         X = self.acc
-        lo, hi = int(X.ordinal(-X.max)), 0  # exp(lo) rounds to 0 (if any does), exp(hi) = 1
+        lo, hi = int(X.ordinal(np.array(-X.max))), 0  # exp(lo) rounds to 0 (if any does), exp(hi) = 1
         if exp_round(np.array([-X.max]), X, self.rounding)[0] != 0:
             return None
         while hi - lo > 1:

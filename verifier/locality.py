@@ -7,9 +7,10 @@ s(i, j) - s(i, k) <= T for some k in W(i) (T: the largest argument whose exp cod
 s_j - M <= T and j's weight is exactly 0: the layer's output at i is a function of the tokens of
 W(i) only.  In a float format the same holds with T the float64 predecessor of the largest
 accumulator value whose exp rounds to 0 (`FloatArith.zero_exp_bound`): a float64 difference of
-logits at most T is of an exact one below it.  `first_layer_window` decides this from the layer-0 logit tables (`verifier.layer0`):
-with the logits' maximum over the tokens of j and, for the window, the largest of its positions'
-minima (M is at least every one of them), one comparison per (query token, key position).
+logits at most T is of an exact one below it.  `first_layer_window` decides this from the
+layer-0 logit tables (`verifier.layer0`): with the logits' maximum over the tokens of j and, for
+the window, the largest of its positions' minima (M is at least every one of them), one comparison
+per (query token, key position).
 
 Under ``overflow = error`` a saturation outside the window would still count (an answer depends on
 every flag of its cone, docs/arithmetic.md), so the certificate also asks that no logit outside
@@ -30,8 +31,8 @@ from typing import Optional
 import numpy as np
 
 from .arithmetic import Fixed
-from .floats import FloatArith
 from .evaluator import Evaluator
+from .floats import FloatArith
 from .layer0 import ClassTable
 from .support.budget import require_memory
 
@@ -58,8 +59,9 @@ class Window:
         return out
 
 
-def first_layer_window(fx: "Fixed | FloatArith", queries: list[ClassTable], keys: list[ClassTable], logits: list[np.ndarray],
-                       logit_ovf: list[np.ndarray], length: int) -> tuple[Optional[Window], str]:
+def first_layer_window(fx: "Fixed | FloatArith", queries: list[ClassTable], keys: list[ClassTable],
+                       logits: list[np.ndarray], logit_ovf: list[np.ndarray],
+                       length: int) -> tuple[Optional[Window], str]:
     """The narrowest window of a causal softmax first layer (every head), over inputs of at most
     `length` positions with any token at any position, or None and why not."""
     T = fx.zero_exp_bound()  # None: no exp code is 0, and the window is every position up to i

@@ -62,9 +62,10 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ..arithmetic import Fixed, any_per_row, lowest
-from ..floats import FloatArith
+from ..arithmetic import Arithmetic, Fixed, any_per_row, lowest
 from ..evaluator import Evaluator, fitting_evaluator
+from ..floats import FloatArith
+from ..int8 import Int8Arith
 from ..layer0 import ClassTable, class_table, embedding_overflow, score_table, state_table
 from ..locality import Window, first_layer_window, window_states
 from ..model import Model, Recurrent
@@ -115,7 +116,7 @@ class _Model:
     def build(cls, ev: Evaluator, deadline: Optional[Deadline] = None) -> "_Model":
         """Layer 0's class tables; for two layers, the first layer's window and output table, and
         the last layer's class tables over (position, window code) (`verifier.locality`)."""
-        q, fx = ev.q, ev.arith
+        q, fx = ev.q, _intervals(ev.arith)
         heads = _layer0_heads(ev, deadline)
         window = states = None
         if len(q.layers) > 1:
@@ -140,9 +141,16 @@ class _Model:
         return cls(ev, heads, pair_ovf, always, window, states)
 
 
+def _intervals(arith: Arithmetic) -> "Fixed | FloatArith":
+    """The arithmetic, one that has interval operations (`unsupported` refused the others)."""
+    if not isinstance(arith, (Fixed, FloatArith)):
+        raise InternalError(f"the bounds engine has no interval operations for {arith.label()}")
+    return arith
+
+
 def _layer0_heads(ev: Evaluator, deadline: Optional[Deadline] = None) -> list[_Head]:
     """Layer 0's heads as class tables over (position, token), with their logit tables."""
-    q, fx = ev.q, ev.arith
+    q, fx = ev.q, _intervals(ev.arith)
     heads = []
     for h in q.layers[0].heads:
         tq, tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline) for W, b in h.MAPS)
@@ -163,8 +171,8 @@ def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], 
     why = _not_certified(ev.q)
     if why is not None:
         return None, why
-    return first_layer_window(ev.arith, [h.q for h in heads], [h.k for h in heads], [h.logits for h in heads],
-                              [h.logit_ovf for h in heads], ev.q.max_len)
+    return first_layer_window(_intervals(ev.arith), [h.q for h in heads], [h.k for h in heads],
+                              [h.logits for h in heads], [h.logit_ovf for h in heads], ev.q.max_len)
 
 
 @dataclass
@@ -327,6 +335,8 @@ class Bounds:
         model = problem.model
         if isinstance(model, Recurrent):
             return "it bounds attention; a recurrent model has none"
+        if isinstance(problem.arith, Int8Arith):  # no interval operations (`Fixed`, `FloatArith` have theirs)
+            return "int8 with scales has no interval bounds here (the exhaustive engine decides int8)"
         if len(model.layers) > 2:
             return f"it bounds at most two layers (the first one local); the model has {len(model.layers)}"
         if len(model.layers) == 2:
@@ -434,7 +444,7 @@ class _Run:
         opts.deadline.check()
         # an evaluator of its own: its plans are cached by the id of arrays this run makes (`_lin`)
         self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False), opts.deadline)
-        self.fx: "Fixed | FloatArith" = problem.arith
+        self.fx = _intervals(problem.arith)
         self.q = self.m.ev.q
         self.footprint = _Footprint.of(self.q)
         self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))

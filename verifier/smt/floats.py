@@ -73,7 +73,8 @@ class SymFloat(SymFX):
     model's values are float64 tables or floating-point terms of the carrier sort."""
 
     def __init__(self, fa: FloatArith, domains: Sequence[np.ndarray], width: int):
-        super().__init__(fa, domains, width, "bv")
+        # SymFX's FX operations are overridden here; it keeps the integer parts (tokens, answers)
+        super().__init__(fa, domains, width, "bv")  # type: ignore[arg-type]
         self.fa, self.rm = fa, _MODES[fa.rounding]()
         S, A = fa.storage, fa.acc
         self.ebits = max(S.E, A.E) + 1
@@ -218,6 +219,7 @@ class SymFloat(SymFX):
         if x.is_term:
             return Sym(expr=self._convert(self.fa.storage, x.expr))
         ctx = self.fa.context((self.rows(x.var),))
+        assert x.table is not None  # not a term: a table
         y = self.fa._to(self.fa.storage, np.broadcast_to(x.table, (self.rows(x.var),)).copy(), ctx, "weights")
         self.note_table(x.var, ctx)
         return self._make(x.var, y) if x.var is not None else Sym(None, np.asarray(y[0]))
@@ -245,11 +247,12 @@ class SymFloat(SymFX):
         for x in zs[1:]:
             M = z3.If(z3.fpGEQ(M, x), M, x)
         sets = [self._possible(x) for x in s]
-        union = None if any(v is None for v in sets) else np.unique(np.concatenate(sets))
+        known = [v for v in sets if v is not None]
+        union = np.unique(np.concatenate(known)) if len(known) == len(sets) else None
         e = []
         for x, vals in zip(zs, sets):
             d = self._add(A, x, z3.fpNeg(M))
-            e.append(self._exp(d, None if union is None else self._differences(vals, union)))
+            e.append(self._exp(d, None if union is None or vals is None else self._differences(vals, union)))
         Z = e[0]
         for x in e[1:]:
             Z = self._add(A, Z, x)
@@ -257,7 +260,7 @@ class SymFloat(SymFX):
 
     def _possible(self, x: Sym) -> Optional[np.ndarray]:
         """The values a logit can take: its table, or the table of the pair term it is; None if unknown."""
-        if not x.is_term:
+        if x.table is not None:  # not a term
             return np.unique(x.table)
         known = self.values.get(x.expr.get_id())
         return None if known is None else known[1]
