@@ -139,7 +139,7 @@ GRID = [(i, s, a) for s, a in [("bf16", "bf16"), ("fp16", "fp32"), ("e5m2", "e5m
 
 
 @pytest.mark.parametrize("i,storage,acc", [pytest.param(*c, marks=pytest.mark.slow) for c in AGREE]
-                         + [pytest.param(*c, marks=pytest.mark.long) for c in GRID])
+                         + [pytest.param(*c, marks=[pytest.mark.slow, pytest.mark.long]) for c in GRID])
 def test_smt_agrees_with_enumeration(i, storage, acc):
     """The differential battery in float formats: the SMT formula of every case holds at every input
     enumeration fails and z3 finds a failure exactly when enumeration does; the engine (replay and
