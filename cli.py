@@ -441,7 +441,8 @@ def export_cmd(task_name, N, variant, k, eta, seed, fmt, f, output, force, **opt
     path = verifier.save_model(model, output, force)
     name = canonical(task_name)
     variant = model.info.get("variant", CONSTRUCTIONS[name].default)
-    scales = "" if model.quantization is None else f", int8 scales of {len(model.quantization)} tensors (calibrated)"
+    quantization = model.quantization if isinstance(model, verifier.Model) else None  # a recurrent model has none
+    scales = "" if quantization is None else f", int8 scales of {len(quantization)} tensors (calibrated)"
     click.echo(f"wrote {path}: {model.info['construction']} construction ({variant} variant), task {name}, N={N}, "
                f"d={model.d}, {model.n_params()} parameters{scales}")
     return 0

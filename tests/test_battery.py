@@ -38,7 +38,8 @@ FLOAT_KINDS = ("construction", "random-idxl", "lookup-argmax", "lookup-threshold
 def test_float_battery_slice(i):
     """The bounds engine in float recipes, one-layer and two-layer models: it agrees with enumeration
     (and with the reference), or cannot run the model (a first layer that is not local)."""
-    outcome = decide_all(battery_problem(i, floats=True))
+    # the float SMT engine takes minutes a model (10 of this slice's 14 minutes): test_smt_floats.py has it
+    outcome = decide_all(battery_problem(i, floats=True), skip=("encoding", "smt"))
     assert outcome["bounds"] in ("agree", "n/a"), outcome
 
 

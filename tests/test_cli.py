@@ -139,6 +139,9 @@ def test_export_run_roundtrip_and_no_overwrite(capsys, tmp_path):
     assert code == 2 and "refusing to overwrite" in err and path.read_bytes() == original
     code, _, err = run(capsys, "run", "--model", str(path), "--task", "idxl", "--N", "7", "--p", "10")
     assert code == 2 and "tokens" in err
+    rnn = tmp_path / "dyck-rec.npz"  # a recurrent construction (it has no int8 scales to mention)
+    code, out, err = run(capsys, "export", "dyck22", "--N", "8", "--variant", "recurrent", "-o", str(rnn))
+    assert code == 0 and out.startswith(f"wrote {rnn}: dyck22 construction (recurrent variant)"), err
 
 
 def _write(path, **arrays):
