@@ -149,6 +149,7 @@ def test_evaluator_equals_reference_bit_for_bit(i):
                 assert (list(out.ovf_at[r]) if every else [bool(out.ovf[r])]) == flags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(0, 39, 3))
 def test_enumeration_agrees_with_reference(i):
     """The differential battery in float recipes: enumeration and the reference fail on the same

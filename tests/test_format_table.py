@@ -40,6 +40,7 @@ def _smallest_lines(out: str) -> dict[int, str]:
             and line[2:line.index(":")].isdigit()}
 
 
+@pytest.mark.slow
 def test_the_sweep_prints_the_smallest_format_at_each_N_and_the_counterexample_just_below_it(capsys, tmp_path):
     """verify sweep --format, for a construction and a model file: at each N the smallest format (a
     column, and a line with the counterexample of the format just below it), in the text and --json."""
@@ -133,6 +134,7 @@ def test_a_row_runs_every_format_at_each_N_with_the_construction_p_star(two_form
         (4, "FX(8,4)")]  # only the README's cell
 
 
+@pytest.mark.slow
 def test_a_row_stops_after_the_first_unknown_and_when_its_budget_is_spent(two_formats):
     stopped = tool.run(tool.Spec("t", "equality", "equality", [2, 16, 32], start=3), timeout=0.5, cache=None)
     assert [r["N"] for r in stopped["rows"]] == [2, 16]

@@ -110,6 +110,7 @@ def _ref_answer(model, y: list, theta) -> tuple[int, bool]:
     return sum(1 << c for c, v in enumerate(y) if v > Fraction(theta)), False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", _problems(36)[::3])
 def test_enumeration_agrees_with_reference(i):
     """The exhaustive engine in int8 fails on exactly the inputs where the reference's answer is
@@ -164,6 +165,7 @@ def _lopsided(per_channel: bool):
     return problem
 
 
+@pytest.mark.slow
 def test_per_channel_and_per_tensor_differ_where_they_should():
     """Per tensor, the small row of U.W keeps a few codes (at most 4 = 127/40, rounded), per channel
     127 at its largest; the large row has the same codes either way; the small row's scores differ on
@@ -234,6 +236,7 @@ def test_int32_overflow_is_refused_before_work():
         Int8Arith().bind(problem.model, acts=acts)
 
 
+@pytest.mark.slow
 def test_a_refutation_in_int8_replays(capsys):
     """Dyck-(2,2) at N = 6 fails in int8 (it holds at N = 5): the counterexample, replayed on the
     evaluator, is wrong in the reference too, and the arithmetic line names the recipe."""
@@ -282,6 +285,7 @@ def test_activation_tensors_are_the_evaluators():
     assert not any(n.startswith("L0.H0.out") for n in names)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
 def test_add_is_tflites_on_every_pair(seed):
     """The residual add of two int8 tensors of different scales equals the reference's TFLite ADD
