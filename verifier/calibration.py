@@ -15,6 +15,7 @@ from .arithmetic import Real
 from .evaluator import make_evaluator
 from .int8 import Int8Arith, TensorQuant, activation_names, choose_params, graph
 from .model import Model
+from .result import count_text
 from .support.errors import InputError
 
 CALIBRATION_CAP = 1 << 16  # inputs: beyond, the first CALIBRATION_CAP in enumeration order
@@ -70,7 +71,8 @@ def calibrate(model: Model, task) -> tuple[dict[str, TensorQuant], str]:
         raise InputError(f"int8: tensor {wild} of the float64 model is not finite on the calibration inputs; it has "
                          f"no int8 range (give its scales in the model file)")
     acts = {name: choose_params(*arith.seen.get(name, (0.0, 0.0))) for name in activation_names(model)}
-    which = f"all {total:,} inputs of the task" if stop == total else f"the first {stop:,} of {total:,} inputs"
+    which = (f"all {count_text(total)} inputs of the task" if stop == total
+             else f"the first {stop:,} of {count_text(total)} inputs")
     return acts, f"calibrated: min/max of the float64 model over {which}, widened to include 0"
 
 

@@ -302,11 +302,8 @@ class FloatArith(Float64Values):
         return self._to(self.storage, div_odd(s, np.full(s.shape, float(outs.shape[-2]))), ctx, name)
 
     def above(self, y: np.ndarray, theta) -> np.ndarray:
-        """y > theta exactly: t = float(theta) is theta's neighbour, so y > theta iff y > t (t < theta)
-        or y >= t (t > theta)."""
-        t = float(theta)
-        exact = Fraction(theta)
-        return y > t if Fraction(t) <= exact else y >= t
+        """y > theta exactly (`threshold_code`)."""
+        return y > self.threshold_code(theta)
 
     def softmax(self, s: np.ndarray, mask: Optional[np.ndarray], ctx: Ctx, name: str,
                 rec: Recorder = None) -> np.ndarray:
@@ -361,7 +358,8 @@ class FloatArith(Float64Values):
         return self.storage.from_ordinal(k)
 
     def threshold_code(self, theta) -> float:
-        """c with  y > c  <=>  y > theta  for every float64 y (see `above`)."""
+        """c with  y > c  <=>  y > theta  for every float64 y: t = float(theta) is theta's neighbour, so
+        y > theta iff y > t (t <= theta) or y >= t, that is y > t's predecessor (t > theta)."""
         t = float(theta)
         return t if Fraction(t) <= Fraction(theta) else float(np.nextafter(t, -np.inf))
 

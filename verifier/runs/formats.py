@@ -9,7 +9,7 @@ from typing import Mapping, Optional, Sequence
 
 from ..arithmetic import Format, parse_format
 from ..model import Model, Recurrent
-from ..result import Result
+from ..result import Result, count_text
 from ..support.budget import Deadline
 from ..support.errors import InputError
 from ..tasks import Task
@@ -116,7 +116,8 @@ def outcome(r: Result) -> str:
     """What a run that did not prove found: its first counterexample, or its coverage."""
     if r.counterexamples:
         return r.counterexamples[0].line()
-    return f"{r.verdict} ({r.covered:,} of {r.total:,} inputs covered{f'; {r.reason}' if r.reason else ''})"
+    return (f"{r.verdict} ({count_text(r.covered)} of {count_text(r.total)} inputs covered"
+            f"{f'; {r.reason}' if r.reason else ''})")
 
 
 def format_table(task: "str | Task", Ns: list[int], formats: "Sequence[str] | Mapping[str, str | Format]",
