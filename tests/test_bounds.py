@@ -42,8 +42,9 @@ def test_class_tables_are_the_evaluators_tables(seed):
         assert (tv.values[tv.rid] == t.v[hi][rows]).all()
         kv_ovf |= tk.ovf[tk.rid] | tv.ovf[tv.rid]
         logits, ovf = score_table(fx, tq.values, tk.values)
-        assert (logits[tq.rid.reshape(-1)][:, tk.rid.reshape(-1)] == t.logits[hi]).all()
-        assert (ovf[tq.rid.reshape(-1)][:, tk.rid.reshape(-1)] == t.logit_ovf[hi]).all()
+        pair = t.logits[hi].pairs(np.arange(L * V), np.arange(L * V))  # every (row, row) of the table
+        assert (logits[tq.rid.reshape(-1)][:, tk.rid.reshape(-1)] == t.logits[hi].values[pair]).all()
+        assert (ovf[tq.rid.reshape(-1)][:, tk.rid.reshape(-1)] == t.logits[hi].ovf[pair]).all()
     assert (kv_ovf.reshape(-1) == t.kv_ovf).all()  # the embedding's, every head's key and value flags
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from helpers import random_model
+from helpers import add_biases, random_model
 from reference import RefFX, ref_answer, ref_forward
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
@@ -130,3 +130,42 @@ def test_a_sample_evaluator_builds_layer0_tables_only_under_its_cap(monkeypatch)
     assert without.tables is None
     a, b = with_tables.forward(tokens), without.forward(tokens)
     assert np.array_equal(a.scores, b.scores) and np.array_equal(a.ovf, b.ovf)
+
+
+@pytest.mark.parametrize("rounding,accumulate,overflow", MODES)
+def test_zero_rows_repeated_rows_and_chunked_tables_match_reference(rounding, accumulate, overflow, monkeypatch):
+    """The fast path computes only the rows of a map that have a non-zero weight (a zero row is its
+    bias), builds the layer-0 tables a few rows at a time, and its logit table over distinct query
+    and key rows: the same codes and flags as the reference loop, on models made to have all three."""
+    import verifier.evaluator as evaluator
+    monkeypatch.setattr(evaluator, "_TABLE_CHUNK", 7)  # several chunks, one of them partial
+    rng = np.random.default_rng(hash((rounding, accumulate, overflow)) % 2 ** 32)
+    distinct = []
+    for trial in range(2):
+        V, L = int(rng.integers(2, 5)), int(rng.integers(3, 6))
+        model = add_biases(random_model(rng, V, L, C=2, dims={"d": 6, "attention": "softmax"}), rng)
+        model.E[:, :3] = 0.0  # the first three slots are positional: heads that read only them ...
+        for layer in model.layers:
+            for M in (layer.W_O, *([layer.W2] if layer.has_ffn else [])):
+                M[rng.permutation(M.shape[0])[:M.shape[0] - 2]] = 0.0  # ... and maps that write two slots
+        for head in model.layers[0].heads:
+            head.W_Q[:, 3:], head.W_K[:, 3:] = 0.0, 0.0  # ... whose rows repeat over the tokens
+        fx = FixedPoint(int(rng.integers(5, 11)), None, rounding, overflow, accumulate)
+        t = Evaluator(model, fx).tables
+        distinct += [len(table.values) < V * L for table in t.logits]
+        for length in (1, L):
+            assert_matches_reference(model, fx, rng.integers(0, V, size=(12, length)))
+    assert all(distinct)
+
+
+def test_a_positional_head_at_n_256_is_evaluated_on_tables():
+    """Equality at N = 256: its first head reads positions only, so its logit table is over 129 x 256
+    distinct rows (it was over 512 x 512 (position, token) rows, too large, and the tables were not
+    built: the proof's sample check then took 220 s on the weights)."""
+    import verifier
+    from verifier.evaluator import fitting_evaluator
+    problem = verifier.build_problem("equality", N=256, p=17)
+    ev = fitting_evaluator(problem.model, problem.arith)
+    assert ev.tables is not None and ev.tables.logits is not None
+    table = ev.tables.logits[0]
+    assert table.values.shape[0] <= 256 + 1 and table.values.shape[1] <= 256

@@ -133,6 +133,7 @@ class Fixed:
     num: int
     den: int
     rounding: str
+    rows_apart = True  # `lin` of some of a map's rows is those rows of its `lin` (the evaluator skips zero rows)
     overflow: str
     accumulate: str
     shift: Optional[int] = None  # den = 2^shift and num = 1: the primitives are shifts
@@ -439,16 +440,22 @@ class Fixed:
         d = sat(s - M), e = R(exp d) correctly rounded, Z = sum e exactly (not saturated),
         a = R(e / Z) from the exact quotient.  Masked positions are absent, not -inf.
         """
-        allowed = np.ones(s.shape, dtype=bool) if mask is None else np.broadcast_to(mask, s.shape)
-        M = np.where(allowed, s, self.lo).max(-1, keepdims=True)
+        allowed = None if mask is None else np.broadcast_to(mask, s.shape)
+        M = (s if allowed is None else np.where(allowed, s, self.lo)).max(-1, keepdims=True)
         raw = s - M
-        d = np.clip(raw, self.lo, 0)  # allowed entries are <= 0; masked ones may be anything
         if ctx.watch:
-            ctx.note(f"{name}.d", (raw < self.lo) & allowed)
+            under = raw < self.lo
+            ctx.note(f"{name}.d", under if allowed is None else under & allowed)
         dmin, table = self.exp_table()
-        e = np.where(allowed, table[np.maximum(d, dmin) - dmin], 0)
+        # d = sat(raw) in lo .. 0 (allowed entries are <= 0; masked ones may be anything), read in the
+        # table at max(d, dmin): one clamp to max(lo, dmin) .. 0 (np.clip is slower on int64)
+        d = np.minimum(np.maximum(raw, max(self.lo, dmin)), 0)
+        e = table[d - dmin]
+        if allowed is not None:
+            e = np.where(allowed, e, 0)
         if ctx.watch and self.exp0_saturates:
-            ctx.note(f"{name}.exp", (d == 0) & allowed)  # exp(0) = 1 is not representable
+            top = d == 0
+            ctx.note(f"{name}.exp", top if allowed is None else top & allowed)  # exp(0) = 1 is not representable
         Z = e.sum(-1, keepdims=True)
         a = self.sat(self.round_div(self.times_den(e), self.scale_num(Z)), ctx, f"{name}.attn")
         if rec is not None:
@@ -771,6 +778,7 @@ class Float64Values:
     integer capacity to check, a value is its own real number, ReLU is exact."""
 
     dtype = np.float64  # of a value array
+    rows_apart = True  # as `Fixed.rows_apart`
 
     def check_capacity(self, max_terms: int) -> None:
         return None

@@ -4,9 +4,11 @@ One pass, written once against the arithmetic interface of `verifier.arithmetic`
 
 * **fast path** (``tables=True``, used by the engines).  A layer-0 input depends only on
   (token, position), so layer 0's embeddings, Q, K, V, and, when small enough, every logit
-  <q, k> are computed once for all (position, token) pairs and then gathered.  This is exact
-  partial evaluation, not an approximation: the gathered codes are the codes the generic path
-  computes.  Saturation flags are gathered along with them.
+  <q, k> are computed once for all (position, token) pairs and then gathered; the logits over
+  each head's distinct query and key rows (a head that reads positions only has one per
+  position, whatever the vocabulary).  This is exact partial evaluation, not an approximation:
+  the gathered codes are the codes the generic path computes.  Saturation flags are gathered
+  along with them.
 * **generic path** (``tables=False``): every intermediate computed from the batch; with a
   recorder it keeps every intermediate of the input (``trace``).  Counterexamples are replayed
   on this path, so the fast path is cross-checked on every reported failure.
@@ -21,7 +23,9 @@ the answers that depend on it (`Cone`): one at the BOS position of the last laye
 with no answer required, fails nothing.
 
 Linear maps skip the columns that are zero after quantization: R(0 * x) = 0 in every rounding
-mode, so skipping them is exact.  A map whose rows each have few non-zeros (the identity blocks of
+mode, so skipping them is exact.  A map whose rows are mostly zero (one that writes a few slots of
+a wide stream) computes its other rows alone, and a zero row as the arithmetic's sum of no
+products plus the bias.  A map whose rows each have few non-zeros (the identity blocks of
 the constructions) is applied row by row on its own columns, for the same reason.
 """
 
@@ -39,7 +43,9 @@ from .support.errors import InputError
 from .tasks.base import NO_ANSWER
 from .verdicts import Reason
 
-_LOGIT_TABLE_LIMIT = 1 << 24  # pairs x m products computed for the layer-0 logit table
+_LOGIT_TABLE_LIMIT = 1 << 30  # distinct (query row, key row) pairs x m products for the layer-0 logit table
+_LOGIT_TABLE_PAIRS = 1 << 24  # and its distinct pairs: 128 MiB of codes
+_TABLE_CHUNK = 1 << 22  # elements of a table's temporaries (products), computed a chunk of rows at a time
 
 
 @dataclass
@@ -185,15 +191,34 @@ def _entry(name: str, index) -> str:
 
 
 @dataclass
+class _LogitTable:
+    """One layer-0 head's logits over its distinct query rows and distinct key rows (a positional
+    head has a few per position, whatever the vocabulary)."""
+
+    values: np.ndarray  # (distinct q rows, distinct k rows) codes
+    ovf: np.ndarray  # (distinct q rows, distinct k rows) the logit saturated
+    q_row: np.ndarray  # (R,) a (position, token) row's distinct query: the table's row
+    k_row: np.ndarray  # (R,) its distinct key: the table's column
+
+    def pairs(self, qrows: np.ndarray, krows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The table's entries of (..., Lq) query rows against (..., Lk) key rows (an index)."""
+        return self.q_row[qrows][..., :, None], self.k_row[krows][..., None, :]
+
+
+@dataclass
 class _Layer0Tables:
     x0: np.ndarray  # (R, d), rows r = pos * V + tok
     q: list[np.ndarray]  # per head (R, m)
     k: list[np.ndarray]
     v: list[np.ndarray]
-    logits: Optional[list[np.ndarray]]  # per head (R, R), or None when too large
+    logits: Optional[list[_LogitTable]]  # per head, or None when too large
     q_ovf: np.ndarray  # (R,) saturation while computing a query row
     kv_ovf: np.ndarray  # (R,) saturation while computing an embedding, key or value row
-    logit_ovf: Optional[list[np.ndarray]]
+
+
+def logit_table_fits(pairs: int, m: int) -> bool:
+    """Is the layer-0 logit table of `pairs` (query row, key row) pairs of width m built?"""
+    return pairs <= _LOGIT_TABLE_PAIRS and pairs * max(m, 1) <= _LOGIT_TABLE_LIMIT
 
 
 class _Reader:
@@ -293,6 +318,7 @@ class Evaluator(_Reader):
     def __init__(self, model: Model, arith: Arithmetic, tables: bool = True, table_cap: Optional[float] = None):
         self._quantize(model, arith, model.max_len)
         self._cols: dict[int, tuple[np.ndarray, np.ndarray, bool]] = {}
+        self._rows: dict[int, Optional[np.ndarray]] = {}
         if tables:
             self._require_tables(table_cap)
         self.tables = self._build_tables() if tables else None
@@ -317,44 +343,68 @@ class Evaluator(_Reader):
 
     # -- helpers ------------------------------------------------------------------------------
     def _plan(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-        """How `_lin` applies W: (the weights it multiplies, the input columns they read, gathered).
+        """How `_lin` applies W's rows that have a non-zero (`_live`): (the weights it multiplies,
+        the input columns they read, gathered).
 
         Zero columns are skipped; a matrix whose rows have few non-zeros (identity blocks) is
         gathered row by row, so each row reads only its own columns."""
         key = id(W)
         if key not in self._cols:
-            cols = np.flatnonzero(np.any(W != 0, axis=0))
-            nnz = (W != 0).sum(axis=1)
+            live = self._live(W)
+            Wl = W if live is None else W[live]
+            cols = np.flatnonzero(np.any(Wl != 0, axis=0))
+            nnz = (Wl != 0).sum(axis=1)
             width = max(int(nnz.max(initial=0)), 1)
             if width * 2 <= len(cols):
-                idx = np.zeros((W.shape[0], width), dtype=np.int64)
-                for r in range(W.shape[0]):
-                    nz = np.flatnonzero(W[r])
+                idx = np.zeros((Wl.shape[0], width), dtype=np.int64)
+                for r in range(Wl.shape[0]):
+                    nz = np.flatnonzero(Wl[r])
                     idx[r, :len(nz)] = nz
-                self._cols[key] = (np.take_along_axis(W, idx, axis=1) * (np.arange(width) < nnz[:, None]), idx, True)
+                self._cols[key] = (np.take_along_axis(Wl, idx, axis=1) * (np.arange(width) < nnz[:, None]), idx, True)
             else:
-                self._cols[key] = (W[:, cols], cols, False)
+                self._cols[key] = (Wl[:, cols], cols, False)
         return self._cols[key]
 
+    def _live(self, W: np.ndarray) -> Optional[np.ndarray]:
+        """The rows of W with a non-zero, when at most half of them have one (a map that writes a few
+        slots of a wide residual stream) and the arithmetic computes rows apart; None: every row
+        is computed."""
+        key = id(W)
+        if key not in self._rows:
+            live = np.flatnonzero(np.any(W != 0, axis=1))
+            self._rows[key] = live if self.arith.rows_apart and 2 * len(live) <= W.shape[0] else None
+        return self._rows[key]
+
     def _require_tables(self, cap: Optional[float]) -> None:
-        """The layer-0 tables hold, per (position, token) row, the embedding and each head's q, k, v;
-        the largest temporary is one linear map's products (rows x outputs x columns read).
-        TooLarge beyond this machine's memory, or beyond `cap` bytes."""
+        """The layer-0 tables hold, per (position, token) row, the embedding and each head's q, k, v,
+        and at most _LOGIT_TABLE_PAIRS logits per head; the temporaries (products) are computed a
+        chunk of rows at a time (`_by_rows`).  TooLarge beyond this machine's memory, or beyond
+        `cap` bytes."""
         q = self.q
         R = len(q.vocab) * q.max_len
         heads = q.layers[0].heads
         per_row = q.d + sum(2 * h.W_Q.shape[0] + h.W_V.shape[0] for h in heads)
-        widest = max(self._plan(W)[0].size for h in heads for W in (h.W_Q, h.W_K, h.W_V))
-        nbytes, what = 8.0 * R * (per_row + 2 * widest), f"the layer-0 tables ({R:,} (position, token) rows)"
+        logits = len(heads) * min(R * R, _LOGIT_TABLE_PAIRS)
+        nbytes = 8.0 * (R * per_row + logits + 3 * _TABLE_CHUNK)
+        what = f"the layer-0 tables ({R:,} (position, token) rows)"
         if cap is not None and nbytes > cap:
             raise TooLarge(f"{what} need about {fmt_bytes(nbytes)}, more than the {fmt_bytes(cap)} allowed here")
         require_memory(nbytes, what)
 
     def _lin(self, W: np.ndarray, x: np.ndarray, b, ctx: Ctx, name: str) -> np.ndarray:
         Wc, cols, gathered = self._plan(W)
-        if gathered:
-            return self.arith.lin_gathered(Wc, x[..., cols], b, ctx, name)
-        return self.arith.lin(Wc, x[..., cols], b, ctx, name)
+        live = self._live(W)
+        bl = b if b is None or live is None else b[live]
+        y = self.arith.lin_gathered(Wc, x[..., cols], bl, ctx, name) if gathered else \
+            self.arith.lin(Wc, x[..., cols], bl, ctx, name)
+        if live is None:
+            return y
+        # the zero rows: the arithmetic's own sum of no products, plus the bias
+        dead = np.setdiff1d(np.arange(W.shape[0]), live)
+        zero = self.arith.lin(Wc[:0].reshape(len(dead), 0), x[..., :0], None if b is None else b[dead], ctx, name)
+        out = np.empty(y.shape[:-1] + (W.shape[0],), dtype=np.result_type(y, zero))
+        out[..., live], out[..., dead] = y, zero
+        return out
 
     def _embed(self, tok: np.ndarray, pos: np.ndarray, ctx: Ctx) -> np.ndarray:
         q = self.q
@@ -362,27 +412,49 @@ class Evaluator(_Reader):
         return self.arith.add(q.E[tok], add, ctx, "embed")
 
     def _build_tables(self) -> _Layer0Tables:
+        """Layer 0 at every (position, token) row; the logits over each head's distinct query and
+        key rows (a positional head has a few per position, whatever the vocabulary), when
+        `logit_table_fits`."""
         q, arith = self.q, self.arith
         V, L = len(q.vocab), q.max_len
         R = V * L
         tok = np.tile(np.arange(V), L)
         pos = np.repeat(np.arange(L), V)
         layer = q.layers[0]
-        kv_ctx, q_ctx = arith.context((R,)), arith.context((R,))
-        x0 = self._embed(tok, pos, kv_ctx)
-        qs = [self._lin(h.W_Q, x0, h.b_Q, q_ctx, f"L0.H{i}.q") for i, h in enumerate(layer.heads)]
-        ks = [self._lin(h.W_K, x0, h.b_K, kv_ctx, f"L0.H{i}.k") for i, h in enumerate(layer.heads)]
-        vs = [self._lin(h.W_V, x0, h.b_V, kv_ctx, f"L0.H{i}.v") for i, h in enumerate(layer.heads)]
-        q_ovf = q_ctx.ovf | kv_ctx.ovf  # a query row is built from the row's embedding too
-        logits = logit_ovf = None
-        m = qs[0].shape[1] if qs else 0
-        if R * R * max(m, 1) <= _LOGIT_TABLE_LIMIT:
-            logits, logit_ovf = [], []
-            for i, (qh, kh) in enumerate(zip(qs, ks)):
-                ctx = arith.context((R, R))
-                logits.append(arith.scores(qh, kh, ctx, f"L0.H{i}.logits"))
-                logit_ovf.append(ctx.ovf)
-        return _Layer0Tables(x0, qs, ks, vs, logits, q_ovf, kv_ctx.ovf, logit_ovf)
+        x0, kv_ovf = self._by_rows(R, q.d, lambda r, ctx: self._embed(tok[r], pos[r], ctx))
+        q_ovf = kv_ovf.copy()  # a query row is built from the row's embedding too
+
+        def maps(W, b, name: str, ovf: np.ndarray) -> np.ndarray:
+            y, hit = self._by_rows(R, self._plan(W)[0].size, lambda r, ctx: self._lin(W, x0[r], b, ctx, name))
+            ovf |= hit
+            return y
+
+        qs = [maps(h.W_Q, h.b_Q, f"L0.H{i}.q", q_ovf) for i, h in enumerate(layer.heads)]
+        ks = [maps(h.W_K, h.b_K, f"L0.H{i}.k", kv_ovf) for i, h in enumerate(layer.heads)]
+        vs = [maps(h.W_V, h.b_V, f"L0.H{i}.v", kv_ovf) for i, h in enumerate(layer.heads)]
+        distinct = [(np.unique(qh, axis=0, return_inverse=True), np.unique(kh, axis=0, return_inverse=True))
+                    for qh, kh in zip(qs, ks)]
+        logits = None
+        if all(logit_table_fits(len(uq) * len(uk), uq.shape[1]) for (uq, _), (uk, _) in distinct):
+            logits = []
+            for i, ((uq, q_row), (uk, k_row)) in enumerate(distinct):
+                S, hit = self._by_rows(len(uq), len(uk) * uq.shape[1],
+                                       lambda r, ctx: arith.scores(uq[r], uk, ctx, f"L0.H{i}.logits"), len(uk))
+                logits.append(_LogitTable(S, hit, q_row.reshape(-1), k_row.reshape(-1)))
+        return _Layer0Tables(x0, qs, ks, vs, logits, q_ovf, kv_ovf)
+
+    def _by_rows(self, n: int, per_row: int, fn, cols: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+        """fn(rows, ctx) over rows 0..n a chunk at a time, its temporaries (per_row elements a row)
+        near _TABLE_CHUNK: the results and their saturations, per row or, with `cols`, per
+        (row, column) (a logit's saturation is its own pair's)."""
+        step = max(1, _TABLE_CHUNK // max(per_row, 1))
+        outs, hits = [], []
+        for a in range(0, n, step):
+            r = slice(a, min(n, a + step))
+            ctx = self.arith.context((r.stop - a,) if cols is None else (r.stop - a, cols))
+            outs.append(fn(r, ctx))
+            hits.append(ctx.ovf)
+        return np.concatenate(outs), np.concatenate(hits)
 
     # -- the forward pass ---------------------------------------------------------------------
     def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
@@ -420,9 +492,11 @@ class Evaluator(_Reader):
                 if t is not None:
                     Vh = t.v[hi][rows]
                     if t.logits is not None:
-                        S = t.logits[hi][qrows[:, :, None], rows[:, None, :]]
+                        table = t.logits[hi]
+                        pair = table.pairs(qrows, rows)
+                        S = table.values[pair]
                         if qctx.track:
-                            hit = t.logit_ovf[hi][qrows[:, :, None], rows[:, None, :]]
+                            hit = table.ovf[pair]
                             qctx.ovf |= (hit if mask is None else hit & mask).any(2)
                     else:
                         S = arith.scores(t.q[hi][qrows], t.k[hi][rows], qctx, f"{name}.logits", mask)

@@ -33,7 +33,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 
@@ -246,6 +246,7 @@ class Int8Arith(Float64Values):
     """int8 with scales (module docstring; docs/arithmetic.md, "int8 with scales").  Unbound (no
     `acts`) as `--format int8` names it; `bind` sets its scales for one model."""
 
+    rows_apart: ClassVar[bool] = False  # a map's requantization is per op (`lins`), for all its rows
     per_channel: bool = True
     overflow: str = "saturate"
     acts: dict = field(default_factory=dict, compare=False)  # tensor name -> TensorQuant; empty: unbound

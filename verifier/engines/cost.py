@@ -28,7 +28,7 @@ import os
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..evaluator import _LOGIT_TABLE_LIMIT
+from ..evaluator import logit_table_fits
 from ..model import Model, Recurrent
 from .base import Problem, RunOptions
 from .exhaustive import LIMIT, PARALLEL_ABOVE
@@ -67,7 +67,7 @@ def work_per_input(model: Model | Recurrent, L: int) -> float:
             m, mv = h.W_Q.shape[0], h.W_V.shape[0]
             if li == 0:  # the values' rows, and the logits' (their table's when it is built)
                 read += L * mv
-                if rows * rows * max(m, 1) <= _LOGIT_TABLE_LIMIT:
+                if logit_table_fits(rows * rows, m):  # at most: the table is over distinct rows
                     read += Lq * L
                 else:
                     read += (Lq + L) * m
