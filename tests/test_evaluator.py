@@ -141,7 +141,7 @@ def test_zero_rows_repeated_rows_and_chunked_tables_match_reference(rounding, ac
     monkeypatch.setattr(evaluator, "_TABLE_CHUNK", 7)  # several chunks, one of them partial
     rng = np.random.default_rng(hash((rounding, accumulate, overflow)) % 2 ** 32)
     distinct = []
-    for trial in range(2):
+    for _ in range(2):
         V, L = int(rng.integers(2, 5)), int(rng.integers(3, 6))
         model = add_biases(random_model(rng, V, L, C=2, dims={"d": 6, "attention": "softmax"}), rng)
         model.E[:, :3] = 0.0  # the first three slots are positional: heads that read only them ...

@@ -415,7 +415,7 @@ class Evaluator(_Reader):
         """Layer 0 at every (position, token) row; the logits over each head's distinct query and
         key rows (a positional head has a few per position, whatever the vocabulary), when
         `logit_table_fits`."""
-        q, arith = self.q, self.arith
+        q = self.q
         V, L = len(q.vocab), q.max_len
         R = V * L
         tok = np.tile(np.arange(V), L)
@@ -436,12 +436,16 @@ class Evaluator(_Reader):
                     for qh, kh in zip(qs, ks)]
         logits = None
         if all(logit_table_fits(len(uq) * len(uk), uq.shape[1]) for (uq, _), (uk, _) in distinct):
-            logits = []
-            for i, ((uq, q_row), (uk, k_row)) in enumerate(distinct):
-                S, hit = self._by_rows(len(uq), len(uk) * uq.shape[1],
-                                       lambda r, ctx: arith.scores(uq[r], uk, ctx, f"L0.H{i}.logits"), len(uk))
-                logits.append(_LogitTable(S, hit, q_row.reshape(-1), k_row.reshape(-1)))
+            logits = [self._logit_table(uq, q_row, uk, k_row, f"L0.H{i}.logits")
+                      for i, ((uq, q_row), (uk, k_row)) in enumerate(distinct)]
         return _Layer0Tables(x0, qs, ks, vs, logits, q_ovf, kv_ovf)
+
+    def _logit_table(self, uq: np.ndarray, q_row: np.ndarray, uk: np.ndarray, k_row: np.ndarray,
+                     name: str) -> _LogitTable:
+        """<q, k> for every distinct query row uq against every distinct key row uk."""
+        S, hit = self._by_rows(len(uq), len(uk) * uq.shape[1],
+                               lambda r, ctx: self.arith.scores(uq[r], uk, ctx, name), len(uk))
+        return _LogitTable(S, hit, q_row.reshape(-1), k_row.reshape(-1))
 
     def _by_rows(self, n: int, per_row: int, fn, cols: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
         """fn(rows, ctx) over rows 0..n a chunk at a time, its temporaries (per_row elements a row)
