@@ -294,14 +294,14 @@ class _Footprint:
         width = len(layer.heads) * mv + model.d + (layer.W1.shape[0] if layer.has_ffn else 0) + ro.W_U.shape[0]
         return cls(len(layer.heads), mv, 8.0 * (PRODUCT_TEMPS * max(products(W) for W in maps) + 8 * width))
 
-    def box(self, L: int, classes: int, branch: int) -> float:
-        """A box of length L, with at most `classes` key or value classes at a position and `branch`
-        children: per head, its positions' logit, weight and term bounds; one head's class ids,
+    def box(self, L: int, classes: int, branch: int, vclasses: Optional[int] = None) -> float:
+        """A box of length L, with at most `classes` key or value classes at a position (`vclasses`
+        value classes, when given apart) and `branch` children: per head, its positions' logit, weight and term bounds; one head's class ids,
         logits and value gathers; its children with their table keys; the readout's rows of it and
         of its children."""
         H, mv = self.heads, self.mv
         kept = H * L * (8 + 4 * mv)
-        temp = L * (16 + 4 * classes + 2 * classes * mv)
+        temp = L * (16 + 4 * classes + 2 * (classes if vclasses is None else vclasses) * mv)
         kids = branch * (L + 8 + 3 * (4 * H * mv + 2 * H + 4))
         return 8.0 * (kept + temp + kids) + self.row * (1 + branch)
 
@@ -504,7 +504,7 @@ class _Run:
         self.query_only = self.m.second is not None  # two layers, the first read at the last position only
         self.footprint = _Footprint.of(self.q, 0 if self.query_only else -1)
         self.footprint2 = _Footprint.of(self.q) if self.query_only else None
-        self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))
+        self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * (self.footprint2 or self.footprint).row)))
         self.layer = self.q.layers[-1]
         self.window = self.m.window  # two layers: position j's classes read the tokens at j - width .. j
         self.windowed = self.window is not None and self.window.width > 0
@@ -557,13 +557,16 @@ class _Run:
         case_of = np.repeat(np.arange(len(cases)), counts)
         prefix = np.array(prefix_of, dtype=np.int64)[case_of]
         dom = np.concatenate([self.prefixes[prefix], -1 - np.concatenate(queries)[:, None]], axis=1)
-        self.per_box = self.footprint.box(L, self._widest_classes(), int(self.lens.max()))
-        if self.footprint2 is not None:  # the second layer, once per code of the query's columns
-            self.per_box += QUERY_POINTS * self.footprint2.box(L, self._widest_classes(), 0)
+        branch = int(self.lens.max())
+        if self.footprint2 is None:
+            self.per_box = self.footprint.box(L, max(self._widest_classes(self.m.heads)), branch)
+        else:  # no children from the parent's sums; the second layer once per code of the query's columns
+            self.per_box = self.footprint.box(L, *self._widest_classes(self.m.heads), 0) + 8.0 * L * branch \
+                + QUERY_POINTS * self.footprint2.box(L, *self._widest_classes(self.m.second or [], "2"), 0)
         self.per_input = self.footprint.input(L)
         stack = self.stack
         first = _Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)
-        stack.append(self._open(first if self.window is None else self._fix_query_window(first)))
+        stack.append(self._open(first if self.window is None and not self.query_only else self._fix_query_window(first)))
         found = self.found
         want = self.opts.max_counterexamples
         while stack:  # depth first: the children of a round before the rest of its boxes
@@ -617,19 +620,15 @@ class _Run:
         leaf = (sizes <= LEAF_INPUTS) & ((sizes > 1) | (self.answer_pos is None))
         return _Open(boxes, np.cumsum(np.where(leaf, sizes * self.per_input, self.per_box)))
 
-    def _widest_classes(self) -> int:
-        """The most key or value classes the tokens of one of the batch's domains fall into at a position."""
-        widest = 1
+    def _widest_classes(self, heads: list[_Head], tag: str = "") -> tuple[int, int]:
+        """The most key classes, and value classes, the tokens of one of the batch's domains fall into
+        at a position."""
         if self.windowed:
             assert self.window is not None
-            return int(min(max(h.k.classes for h in self.m.heads), self.lens.max() ** (self.window.width + 1)))
-        tagged = [(h, hi, "") for hi, h in enumerate(self.m.heads)]
-        tagged += [(h, hi, "2") for hi, h in enumerate(self.m.second or [])]
-        for h, hi, tag in tagged:
-            for table, key in ((h.k, ("k" + tag, hi)), (h.v, ("v" + tag, hi))):
-                for d in self.domains:
-                    widest = max(widest, self._domain_classes(table, d, key).shape[1])
-        return widest
+            widest = int(min(max(h.k.classes for h in heads), self.lens.max() ** (self.window.width + 1)))
+            return widest, widest
+        return tuple(max([1] + [self._domain_classes(getattr(h, kv), d, (kv + tag, hi)).shape[1]  # type: ignore
+                                for hi, h in enumerate(heads) for d in self.domains]) for kv in ("k", "v"))
 
     def _round(self, boxes: _Boxes, found: list) -> _Boxes:
         """Decide or split every box; the boxes left for the next round."""
@@ -702,10 +701,10 @@ class _Run:
         """The boxes split into single tokens on the positions of the query's window, and on the
         answer's position (a box that does not fix the answer is split there anyway: bounding it
         first would only choose that split, and a window's split cannot be taken from its parent)."""
-        assert self.window is not None
         def at(p: int) -> Callable[[_Boxes], np.ndarray]:
             return lambda b: np.full(len(b), p)
-        steps = [at(p) for p in range(max(0, self.L - 1 - self.window.width), self.L - 1)]
+        width = 0 if self.window is None else self.window.width
+        steps = [at(p) for p in range(max(0, self.L - 1 - width), self.L - 1)]
         if self.answer_pos is not None:
             steps.append(lambda b: self.answer_pos[b.case])
         for at in steps:
@@ -985,7 +984,8 @@ class _Run:
         heads, qrows = [], []
         for h, head in zip(self.m.second or [], self.layer.heads):
             q, _ = self._lin(head.W_Q, head.b_Q, xlo, xhi, fx.context((len(row_of),)))  # exact: its columns are
-            first, inv = _unique_rows(q)
+            _, first, inv = np.unique(q, axis=0, return_index=True, return_inverse=True)
+            inv = inv.reshape(-1)
             heads.append(replace(h, **dict(zip(("logits", "logit_ovf"), score_table(fx, q[first], h.k.values)))))
             qrows.append(inv)
         att = self._attention(boxes.take(row_of), (heads, qrows))
@@ -1039,8 +1039,11 @@ class _Run:
         residual is the query's embedding, or the bounds `resid` (rows, d) of a first layer's output."""
         fx, layer, ro = self.fx, self.layer, self.q.readout
         rows = len(hlo)
-        at = ([] if not layer.residual else [qtok[:, None]] if resid is None else list(resid))
-        first, inv = _unique_rows(np.concatenate([hlo.reshape(rows, -1), hhi.reshape(rows, -1)] + at, axis=1))
+        if resid is None:  # rows repeat (a head-output box, a query token): each distinct one once
+            first, inv = _unique_rows(np.concatenate([hlo.reshape(rows, -1), hhi.reshape(rows, -1)]
+                                                     + ([qtok[:, None]] if layer.residual else []), axis=1))
+        else:  # rows of (box, query code), with their first layer's output: few repeat
+            first = inv = np.arange(rows)
         ctx = fx.context((len(first),))
         if resid is None:
             x0lo = x0hi = self._query_embedding()[qtok[first]]
