@@ -49,6 +49,11 @@ evaluator's own layer, and the second layer is bounded as the first is, with win
 a position's classes are those of every token combination of its window's token sets (a superset,
 exact when the window holds single tokens).  The query's window and the answer's position are
 split into single tokens first.
+Two layers whose second reads the first at the last position only (`_not_query_only`: its keys
+and values read columns the first leaves as they are; MQAR, nearest neighbour), local or not: the
+second layer's keys and values are tables over (position, token); the first layer's output at the
+query is bounded like a one-layer readout's input, and the second layer is bounded once per code
+its query's columns take over the box (`_second_layer`).  The task's `answer_cases` fix the answer.
 A readout at every position of a causal model is decided at the last position of every length
 (the task's `last_position_cases`), the first length's inputs on the evaluator at every position
 (docs/bounds-engine.md, "Layers after the first").
@@ -89,7 +94,7 @@ OPEN_BOXES = 1 << 10  # open boxes a run that stopped hands on, for the falsific
 ROUND_BOXES = 1 << 13  # boxes of a round at most: enough to vectorise, few enough to reach the leaves soon
 WINDOW_INDEX = 1 << 21  # (position, window of token sets) pairs a batch may index (two layers): 16 MiB
 PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
-QUERY_POINTS = 16  # a non-local first layer: its output at the query, on the columns the second layer's
+QUERY_POINTS = 4  # a non-local first layer: its output at the query, on the columns the second layer's
 # query reads, taking at most this many codes over a box is decided code by code (else the box branches)
 COLUMN_POINTS = 64  # an FFN column that only its own units read and write: its output is found at every
 # code of its input's bounds, up to this many
