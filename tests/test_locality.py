@@ -321,7 +321,7 @@ def test_query_only_box_bounds_contain_every_member(seed, monkeypatch):
     assert checked and max(checked) > 0  # some box held token sets
 
 
-@pytest.mark.parametrize("task,p", [("mqar", 6), ("mqar", 8), ("mqar", 12), ("nearest_neighbour", 6),
+@pytest.mark.parametrize("task,p", [("mqar", 3), ("mqar", 8), ("mqar", 12), ("nearest_neighbour", 6),
                                     ("nearest_neighbour", 9), ("nearest_neighbour", 12)])
 def test_g2_constructions_agree_with_enumeration(task, p):
     """G.2's MQAR and nearest neighbour at N = 4, proved and refuted: the engine's verdict and
@@ -340,3 +340,4 @@ def test_g2_constructions_are_proved_by_the_bounds_engine_and_auto_takes_it(task
     assert engine.name == "bounds"
     result = verifier.run(problem, "auto")
     assert result.verdict == "proved" and result.engine.startswith("bounds")
+
