@@ -317,6 +317,7 @@ def test_query_only_box_bounds_contain_every_member(seed, monkeypatch):
 
     monkeypatch.setattr(bounds._Run, "_attention", attention)
     monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)
+    monkeypatch.setattr(bounds, "QUERY_POINTS", 64)  # boxes of many query codes are bounded too
     bounds.Bounds().run(problem, RunOptions(deadline=Deadline(120)))
     assert checked and max(checked) > 0  # some box held token sets
 
