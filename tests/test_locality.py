@@ -300,8 +300,9 @@ def test_query_only_box_bounds_contain_every_member(seed, monkeypatch):
             if second is not None:  # the rows of this box's parent: one per code; the member's is the one
                 same = np.flatnonzero((boxes.dom == boxes.dom[b]).all(axis=1) & (boxes.case == boxes.case[b]))
                 k = [h.k.rid[np.arange(self.L), tokens] for h in second[0]]
-                match = [r for r in same if all((h.logits[second[1][hi_][r], k[hi_]] ==
-                                                 values[f"L1.H{hi_}.logits"][-1]).all() for hi_, h in enumerate(second[0]))]
+                own = [values[f"L1.H{hi_}.logits"][-1] for hi_ in range(len(second[0]))]
+                match = [r for r in same if all((h.logits[second[1][hi_][r], k[hi_]] == own[hi_]).all()
+                                                for hi_, h in enumerate(second[0]))]
                 assert match, "the member's query is none of the codes the box was bounded for"
                 b = match[0]
             for hi_, h in enumerate(att.heads):

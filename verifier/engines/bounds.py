@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence, cast
 
 import numpy as np
 
@@ -193,6 +193,8 @@ def _not_query_only(model: Model) -> Optional[str]:
     first layer leaves as they are (zero rows of its W_O, b_O, W2, b2, residual), or None.  Then the
     second layer's keys and values are functions of (position, token), as layer 0's are, and only
     its query, at the last position, reads the first layer's output."""
+    if len(model.layers) != 2:
+        return f"it has {len(model.layers)} layers, not two"
     first, second = model.layers
     if model.readout.positions != "last":
         return "its readout is not at the last position only"
@@ -212,6 +214,8 @@ def _not_query_only(model: Model) -> Optional[str]:
 
 def _not_query_only_problem(problem: Problem) -> Optional[str]:
     """`_not_query_only`, and what the problem adds: the overflow rule, cases that fix the answer."""
+    if not isinstance(problem.model, Model):
+        return "a recurrent model has no layers"
     why = _not_query_only(problem.model)
     if why is None and problem.arith.overflow == "error":
         why = "under overflow = error the first layer's saturations at every position would count"
@@ -225,7 +229,7 @@ def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], 
     why = _not_certified(ev.q)
     if why is not None:
         return None, why
-    return first_layer_window(_intervals(ev.arith), [h.q for h in heads], [h.k for h in heads],
+    return first_layer_window(_intervals(ev.arith), [cast(ClassTable, h.q) for h in heads], [h.k for h in heads],
                               [h.logits for h in heads], [h.logit_ovf for h in heads], ev.q.max_len)
 
 
@@ -301,7 +305,8 @@ class _Footprint:
 
     def box(self, L: int, classes: int, branch: int, vclasses: Optional[int] = None) -> float:
         """A box of length L, with at most `classes` key or value classes at a position (`vclasses`
-        value classes, when given apart) and `branch` children: per head, its positions' logit, weight and term bounds; one head's class ids,
+        value classes, when given apart) and `branch` children: per head, its positions' logit,
+        weight and term bounds; one head's class ids,
         logits and value gathers; its children with their table keys; the readout's rows of it and
         of its children."""
         H, mv = self.heads, self.mv
@@ -471,7 +476,8 @@ class Bounds:
 
 def _cases(problem: Problem) -> Iterator[Case]:
     """The task's case splits, or, when it has them, its cases split so that each fixes the answer's
-    position (`answer_cases`: MQAR, nearest neighbour); for a readout at every position of a causal model, cases of the answer
+    position (`answer_cases`: MQAR, nearest neighbour); for a readout at every position of a causal
+    model, cases of the answer
     at the last position of every length (`last_position_cases`).  The output at position i depends
     on positions <= i only, so the answer at the last position of every length 1..N covers the
     answer at every position of every input; the cases of one length partition its inputs.  The
@@ -502,7 +508,7 @@ class _Run:
         self.task, self.opts, self.stats = problem.task, opts, stats
         opts.deadline.check()
         # an evaluator of its own: its plans are cached by the id of arrays this run makes (`_lin`)
-        query_only = len(problem.model.layers) == 2 and _not_query_only_problem(problem) is None
+        query_only = _not_query_only_problem(problem) is None
         self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False), opts.deadline, query_only)
         self.fx = _intervals(problem.arith)
         self.q = self.m.ev.q
@@ -571,7 +577,8 @@ class _Run:
         self.per_input = self.footprint.input(L)
         stack = self.stack
         first = _Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)
-        stack.append(self._open(first if self.window is None and not self.query_only else self._fix_query_window(first)))
+        split = self.window is not None or self.query_only  # the query's window, the answer's position
+        stack.append(self._open(self._fix_query_window(first) if split else first))
         found = self.found
         want = self.opts.max_counterexamples
         while stack:  # depth first: the children of a round before the rest of its boxes
@@ -632,7 +639,7 @@ class _Run:
             assert self.window is not None
             widest = int(min(max(h.k.classes for h in heads), self.lens.max() ** (self.window.width + 1)))
             return widest, widest
-        return tuple(max([1] + [self._domain_classes(getattr(h, kv), d, (kv + tag, hi)).shape[1]  # type: ignore
+        return tuple(max([1] + [self._domain_classes(getattr(h, kv), d, (kv + tag, hi)).shape[1]
                                 for hi, h in enumerate(heads) for d in self.domains]) for kv in ("k", "v"))
 
     def _round(self, boxes: _Boxes, found: list) -> _Boxes:
@@ -817,7 +824,7 @@ class _Run:
         if slot is not None:  # flags as a class table over window codes
             table = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
             ovf = (self._slot_sets(table, "ovf") == 1).any(axis=1)[slot].any(axis=1)
-            return ovf | pair[-1, qtok] | np.any([h.q.ovf[h.q.rid[self.L - 1, qtok]] for h in self.m.heads], axis=0)
+            return ovf | pair[-1, qtok] | np.any([q.ovf[q.rid[self.L - 1, qtok]] for q in self._queries()], axis=0)
         for rows, p in self._groups(boxes):
             dom = self._positions(boxes, rows, p)
             per = ("ovf", p)
@@ -831,9 +838,14 @@ class _Run:
                              else False)
             ovf[rows] = flags.any(axis=1)
         ovf |= pair[-1, qtok]
-        for h in self.m.heads:
-            ovf |= h.q.ovf[h.q.rid[self.L - 1, qtok]]
+        for q in self._queries():
+            ovf |= q.ovf[q.rid[self.L - 1, qtok]]
         return ovf
+
+    def _queries(self) -> list[ClassTable]:
+        """The query tables of the heads bounded over (position, token) (every head but a second
+        layer's, whose queries are found per box)."""
+        return [cast(ClassTable, h.q) for h in self.m.heads]
 
     # -- bounds -------------------------------------------------------------------------------
     def _attention(self, boxes: _Boxes, second: Optional[tuple[list[_Head], list[np.ndarray]]] = None) -> _Attention:
@@ -854,7 +866,7 @@ class _Run:
         ovf = self._layer0_ovf(boxes, qtok, slot)
         heads = []
         for hi, h in enumerate(heads_):
-            qrow = h.q.rid[L - 1, qtok] if second is None else second[1][hi]
+            qrow = cast(ClassTable, h.q).rid[L - 1, qtok] if second is None else second[1][hi]
             slo, shi = np.empty((B, L), h.logits.dtype), np.empty((B, L), h.logits.dtype)
             exact = True
             if slot is not None:
@@ -991,7 +1003,8 @@ class _Run:
             q, _ = self._lin(head.W_Q, head.b_Q, xlo, xhi, fx.context((len(row_of),)))  # exact: its columns are
             _, first, inv = np.unique(q, axis=0, return_index=True, return_inverse=True)
             inv = inv.reshape(-1)
-            heads.append(replace(h, **dict(zip(("logits", "logit_ovf"), score_table(fx, q[first], h.k.values)))))
+            logits, logit_ovf = score_table(fx, q[first], h.k.values)
+            heads.append(replace(h, logits=logits, logit_ovf=logit_ovf))
             qrows.append(inv)
         att = self._attention(boxes.take(row_of), (heads, qrows))
         lo2, hi2, ovf2 = self._head_outputs([h.raw for h in att.heads])

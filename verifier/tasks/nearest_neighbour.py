@@ -117,6 +117,8 @@ class _Retrieval(ProductTask):
     def valid_count(self, c: int) -> int:
         raise NotImplementedError
 
+    filtered_splits = False  # a box of `nearest_splits` also holds sequences that are not inputs
+
     def nearest_splits(self, k: int, q: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """Boxes of case (k, query q) that fix the nearest vector: (i, the codes x_i takes, the
         codes every other x takes); together they hold every input of the case."""
@@ -179,8 +181,6 @@ class NearestNeighbour(_Retrieval):
     def case_valid(self, c):
         k, q = self._k[c], int(self.space[c][1][-1][0])
         return None if k == 2 else (lambda S: S.any(self._near(S, k, q)))
-
-    filtered_splits = False  # a box of `nearest_splits` holds inputs only
 
     def nearest_splits(self, k: int, q: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """x_i is a code c' and every other x a code at least gamma further from the query (the
