@@ -96,6 +96,7 @@ WINDOW_INDEX = 1 << 21  # (position, window of token sets) pairs a batch may ind
 PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
 QUERY_POINTS = 4  # a non-local first layer: its output at the query, on the columns the second layer's
 # query reads, taking at most this many codes over a box is decided code by code (else the box branches)
+SECOND_QUERIES = 1 << 12  # second-layer query codes whose logit rows a run keeps
 COLUMN_POINTS = 64  # an FFN column that only its own units read and write: its output is found at every
 # code of its input's bounds, up to this many
 
@@ -523,6 +524,7 @@ class _Run:
         self._leaf_ev: Optional[Evaluator] = None
         self._rows: dict[int, tuple] = {}  # per linear map: its non-zero rows
         self._own: dict[int, np.ndarray] = {}  # per FFN: the columns it computes from themselves (`_own_columns`)
+        self._query_logits: dict[int, dict[bytes, tuple]] = {}  # per second-layer head: `_second_logits`
         self._by_domain: dict = {}
 
     # -- one batch ----------------------------------------------------------------------------
@@ -999,13 +1001,12 @@ class _Run:
         xlo, xhi = lo[row_of], hi[row_of]
         xlo[:, cols] = xhi[:, cols] = fx.from_ordinal(olo[row_of] + (local[:, None] // stride) % w)
         heads, qrows = [], []
-        for h, head in zip(self.m.second or [], self.layer.heads):
+        for at, (h, head) in enumerate(zip(self.m.second or [], self.layer.heads)):
             q, _ = self._lin(head.W_Q, head.b_Q, xlo, xhi, fx.context((len(row_of),)))  # exact: its columns are
             _, first, inv = np.unique(q, axis=0, return_index=True, return_inverse=True)
-            inv = inv.reshape(-1)
-            logits, logit_ovf = score_table(fx, q[first], h.k.values)
+            logits, logit_ovf = self._second_logits(at, h, q[first])
             heads.append(replace(h, logits=logits, logit_ovf=logit_ovf))
-            qrows.append(inv)
+            qrows.append(inv.reshape(-1))
         att = self._attention(boxes.take(row_of), (heads, qrows))
         lo2, hi2, ovf2 = self._head_outputs([h.raw for h in att.heads])
         pstatus, pmargin = self._readout(lo2, hi2, qtok[row_of], ovf[row_of] | att.ovf | ovf2, truth[row_of],
@@ -1015,6 +1016,20 @@ class _Run:
         status[rows] = np.where(every(pstatus == 1), 1, np.where(every(pstatus == -1), -1, 0))
         margin[rows] = np.minimum.reduceat(pmargin, at)
         return status, margin
+
+    def _second_logits(self, at: int, h: _Head, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`score_table`'s rows for the query codes Q (n, m) of second-layer head `at`, each distinct
+        query computed once a run (the boxes of G.2's constructions have a few dozen queries between
+        them): the head's logits and logit_ovf."""
+        cache = self._query_logits.setdefault(at, {})
+        if len(cache) > SECOND_QUERIES:
+            cache.clear()
+        keys = [r.tobytes() for r in Q]
+        new = [i for i, k in enumerate(keys) if k not in cache]
+        if new:
+            for i, s, f in zip(new, *score_table(self.fx, Q[new], h.k.values)):
+                cache[keys[i]] = (s, f)
+        return np.stack([cache[k][0] for k in keys]), np.stack([cache[k][1] for k in keys])
 
     def _readout(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray, ovf: np.ndarray,
                  truth: np.ndarray, resid: Optional[tuple[np.ndarray, np.ndarray]] = None
