@@ -1,8 +1,9 @@
-"""The bounds engine through two layers, from one run.  Run by hand:  python benchmarks/bench_two_layer.py [--budget 60]
+"""The bounds engine through two layers, from one run.  Run by hand:
+python benchmarks/bench_two_layer.py [--budget 60] [--tasks mqar,nearest_neighbour]
 
 For each two-layer construction (induction heads, sigma = 3, designed, FX(24, 4): p fixed for every N,
 since the previous-token head's quadratic score needs 4 (N - 1)^2 below 2^19 at N = 256; MQAR and
-nearest neighbour at their specs' p = 12), N doubling from 4:
+nearest neighbour at p = 16, f = 8, where they are proved up to N = 64), N doubling from 4:
 
 * the bounds engine's seconds (engine seconds: the problem's construction, the replay and the sample
   check are left out), or why it refuses the problem;
@@ -23,8 +24,8 @@ from verifier.engines import ENGINES, RunOptions
 from verifier.support.budget import Deadline
 from verifier.verdicts import Status
 
-CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3)), ("mqar", dict(p=12)),
-                 ("nearest_neighbour", dict(p=12))]
+CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3)), ("mqar", dict(p=16)),
+                 ("nearest_neighbour", dict(p=16))]
 
 
 def engine_run(name: str, problem, budget: float) -> tuple[str, float]:
@@ -49,8 +50,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--largest", type=int, default=256)
+    ap.add_argument("--tasks", default=",".join(t for t, _ in CONSTRUCTIONS), help="comma-separated")
     args = ap.parse_args()
     for task, kw in CONSTRUCTIONS:
+        if task not in args.tasks.split(","):
+            continue
         print(f"{task} ({', '.join(f'{k}={v}' for k, v in kw.items())}), engine seconds, budget {args.budget:.0f} s")
         proved: list[tuple[int, float]] = []
         baseline_on = True

@@ -19,7 +19,9 @@ format, every IEEE rounding, either overflow rule).  `decide_all` then requires,
   that takes more than SOLVE_SECONDS is counted as unknown, never as agreement);
 * random two-layer models (`two-layer`: the first layer causal, sometimes with a recency ramp that
   makes it local) put the bounds engine's window tables against enumeration, read at the last
-  position (lookup tasks) or at every position (induction heads);
+  position (lookup tasks) or at every position (induction heads); half the lookup ones have a
+  second layer whose keys and values read only columns the first leaves as they are
+  (`helpers.query_only`), which the engine bounds at the last position whether local or not;
 * every engine of the registry (`verifier.engines.ENGINES`: a newly registered engine is checked
   with no edit here) that can run the problem finds a failure exactly when enumeration does, only
   inputs that fail, and no more decided inputs than leave out the failures it did not report;
@@ -38,7 +40,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
-from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, random_model, two_layer
+from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, query_only, random_model, two_layer
 from reference import RefFloat, RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 import verifier
@@ -165,6 +167,9 @@ def _battery_problem(i: int, grid: bool) -> Problem:
                 model.readout.W_U[:] = 0
                 model.readout.b_U[:] = [5.0, -5.0]
                 task.F[:] = 0
+            if rng.random() < 0.5:  # the second layer reads the first at the last position only
+                model = query_only(model, rng)
+                task.answer_cases = task.cases  # type: ignore[attr-defined]
         return Problem(task, model, fx)
     if kind == "random-idxl":
         task = make_task("idxl", int(rng.integers(1, 4)))

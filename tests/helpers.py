@@ -94,6 +94,45 @@ def two_layer(rng: np.random.Generator, vocab, max_len: int, C: int, readout: st
     return model
 
 
+def query_only(model: Model, rng: np.random.Generator) -> Model:
+    """Make a two-layer model's second layer read its first layer at the last position only: its
+    keys and values read a random set of columns that the first layer leaves as they are (zero rows
+    of W_O, b_O, W2, b2).  The first layer gets a new FFN: two units per other column that read and
+    write that column only (as G.2's sigma does: the engine bounds such columns code by code), and
+    one unit that reads every column and writes one of them."""
+    first, second = model.layers
+    first.residual = True
+    d = model.d
+    kept = np.zeros(d, dtype=bool)  # a proper subset, not empty
+    kept[rng.permutation(d)[:int(rng.integers(1, d))]] = True
+    free = np.flatnonzero(~kept)
+    first.W_O[kept] = 0.0
+    if first.b_O is not None:
+        first.b_O[kept] = 0.0
+    units = [c for c in free for _ in range(2)] + [-1]
+    W1, W2 = np.zeros((len(units), d)), np.zeros((d, len(units)))
+    for u, c in enumerate(units):
+        if c >= 0:
+            W1[u, c], W2[c, u] = rng.choice([-2.0, -1.0, 1.0, 2.0]), rng.choice([-1.0, -0.5, 0.5, 1.0])
+        else:
+            W1[u] = np.round(rng.normal(0, 1, d) * 4) / 4
+            if len(free):
+                W2[rng.choice(free), u] = 1.0
+    first.W1, first.b1, first.W2 = W1, np.round(rng.normal(0, 1, len(units)) * 4) / 4, W2
+    first.b2 = np.where(kept, 0.0, np.round(rng.normal(0, 1, d) * 4) / 4)
+    for h in second.heads:
+        h.W_K[:, ~kept], h.W_V[:, ~kept] = 0.0, 0.0
+    return model
+
+
+def answer_lookup_task(V: int, L: int, classes: int, seed: int) -> "RandomLookupTask":
+    """A `RandomLookupTask` that also gives cases fixing the answer's position (`answer_cases`), as
+    MQAR and nearest neighbour do: what the bounds engine reads a non-local first layer with."""
+    task = RandomLookupTask(V, L, classes, seed)
+    task.answer_cases = task.cases  # type: ignore[attr-defined]
+    return task
+
+
 def add_biases(model: Model, rng: np.random.Generator) -> Model:
     """Give every attention layer biases b_Q, b_K, b_V and b_O (model format version 2)."""
     for layer in model.layers:

@@ -11,11 +11,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from battery import random_float
-from helpers import RandomLookupTask, box_bounds_hold, two_layer
+from helpers import RandomLookupTask, answer_lookup_task, box_bounds_hold, query_only, two_layer
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
-from verifier.engines import Problem, RunOptions
+from verifier.engines import Problem, RunOptions, bounds, candidates
 from verifier.engines.bounds import Bounds, _first_window, _layer0_heads, _Model
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator, trace
@@ -250,3 +250,96 @@ def test_float_two_layer_box_bounds_contain_every_member(seed, monkeypatch):
         pytest.skip(why)
     checked = box_bounds_hold(problem, monkeypatch, rng)
     assert checked and max(checked) > 0
+
+
+# -- a first layer that is not local, read at the last position only (MQAR, nearest neighbour) -------
+
+def _query_only_problem(seed: int, L: int, finer: int = 0):
+    """A random two-layer model whose second layer's keys and values read columns the first layer
+    leaves as they are (`helpers.query_only`), on a lookup task that fixes the answer's position;
+    its format `finer` bits finer than `random_format`'s (and 4 more on odd seeds)."""
+    rng = np.random.default_rng(500 + seed)
+    fx = replace(random_format(rng, seed), overflow="saturate")
+    task = answer_lookup_task(3, L, 2, seed)
+    model = query_only(two_layer(rng, task.vocab, task.max_len, task.num_classes, sharp=float(seed % 3)), rng)
+    finer += 4 * (seed % 2)
+    return Problem(task, model, replace(fx, p=fx.p + 2 * finer, f=fx.f + finer))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_query_only_bounds_agree_with_enumeration(seed):
+    """Random models whose first layer is read at the last position only: the engine takes them (local
+    or not) and agrees with enumeration."""
+    problem = _query_only_problem(seed, int(3 + seed % 3))
+    assert Bounds().unsupported(problem, RunOptions()) is None
+    assert _agree(problem)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_query_only_box_bounds_contain_every_member(seed, monkeypatch):
+    """In every round, for random members of every box: the first layer's logits, head outputs and
+    output at the last position (its FFN bounded column by column) lie within the box's bounds; and
+    in the second layer, bounded once per code of its query's columns, the member's own code is one
+    of them, with its logits and head outputs within that code's bounds."""
+    problem = _query_only_problem(seed, 8, finer=4)
+    ev = Evaluator(problem.model, problem.arith, tables=False)
+    original = bounds._Run._attention
+    checked = []
+
+    def attention(self, boxes, second=None):
+        att = original(self, boxes, second)
+        lo, hi, _ = self._head_outputs([h.raw for h in att.heads])
+        rng = np.random.default_rng(len(checked))
+        if second is None:
+            x0 = self._query_embedding()[self._query_code(boxes)]
+            xlo, xhi = self._layer_out(self.q.layers[0], lo, hi, x0, x0, self.fx.context((len(boxes),)), by_column=True)
+        for b in rng.choice(len(boxes), size=min(len(boxes), 4), replace=False):
+            tokens = np.array([rng.choice(self.domains[g]) if g >= 0 else -1 - g for g in boxes.dom[b]])
+            _, values = trace(ev, tokens)
+            layer = 0 if second is None else 1
+            if second is not None:  # the rows of this box's parent: one per code; the member's is the one
+                same = np.flatnonzero((boxes.dom == boxes.dom[b]).all(axis=1) & (boxes.case == boxes.case[b]))
+                k = [h.k.rid[np.arange(self.L), tokens] for h in second[0]]
+                own = [values[f"L1.H{hi_}.logits"][-1] for hi_ in range(len(second[0]))]
+                match = [r for r in same if all((h.logits[second[1][hi_][r], k[hi_]] == own[hi_]).all()
+                                                for hi_, h in enumerate(second[0]))]
+                assert match, "the member's query is none of the codes the box was bounded for"
+                b = match[0]
+            for hi_, h in enumerate(att.heads):
+                s = values[f"L{layer}.H{hi_}.logits"][-1]
+                assert (h.slo[b] <= s).all() and (s <= h.shi[b]).all()
+                o = values[f"L{layer}.H{hi_}.out"][-1]
+                assert (lo[b, hi_] <= o).all() and (o <= hi[b, hi_]).all()
+            if second is None:
+                x = values["L0.out" if "L0.out" in values else "L0.resid"][-1]
+                assert (xlo[b] <= x).all() and (x <= xhi[b]).all(), (xlo[b], x, xhi[b])
+            checked.append(int((boxes.dom[b] >= 0).sum()))
+        return att
+
+    monkeypatch.setattr(bounds._Run, "_attention", attention)
+    monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)
+    monkeypatch.setattr(bounds, "QUERY_POINTS", 64)  # boxes of many query codes are bounded too
+    bounds.Bounds().run(problem, RunOptions(deadline=Deadline(120)))
+    assert checked and max(checked) > 0  # some box held token sets
+
+
+@pytest.mark.parametrize("task,p", [("mqar", 3), ("mqar", 8), ("mqar", 12), ("nearest_neighbour", 6),
+                                    ("nearest_neighbour", 9), ("nearest_neighbour", 12)])
+def test_g2_constructions_agree_with_enumeration(task, p):
+    """G.2's MQAR and nearest neighbour at N = 4, proved and refuted: the engine's verdict and
+    failures are enumeration's."""
+    problem = verifier.build_problem(task, N=4, p=p)
+    assert Bounds().unsupported(problem, RunOptions()) is None
+    assert _agree(problem)
+
+
+@pytest.mark.parametrize("task,N", [("mqar", 16), ("nearest_neighbour", 8)])
+def test_g2_constructions_are_proved_by_the_bounds_engine_and_auto_takes_it(task, N):
+    """Their first layer matches the query against every key (not local): the engine bounds it at the
+    last position and proves them; auto chooses it (enumeration would take far longer)."""
+    problem = verifier.build_problem(task, N=N, p=16)
+    engine, _ = candidates(problem, RunOptions())[0]
+    assert engine.name == "bounds"
+    result = verifier.run(problem, "auto")
+    assert result.verdict == "proved" and result.engine.startswith("bounds")
+

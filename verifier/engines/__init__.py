@@ -27,7 +27,8 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     meets a DFA task (every length at once); enumeration when its estimate from the sizes
     (`cost.enumeration_seconds`, the same on any load) is below AUTO_ENUMERATE_SECONDS; the bounds
     engine when every case says which position holds the answer (index lookup, in-context QA: the
-    answer is then known on a box, and the branching stays small), or a readout at every position
+    answer is then known on a box, and the branching stays small), or the task splits its cases
+    so (`answer_cases`: MQAR, nearest neighbour), or a readout at every position
     has cases of the last position that do (induction heads); the SMT engine; and enumeration
     as the last resort.  An engine that cannot decide the problem is left out; InputError when
     none can."""
@@ -41,6 +42,8 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
         order.append(("exhaustive", estimate))
     if first is not None and first.answer_at is not None:
         order.append(("bounds", estimate + "; the cases say which position holds the answer"))
+    elif getattr(problem.task, "answer_cases", None) is not None and problem.model.readout.positions == "last":
+        order.append(("bounds", estimate + "; the cases split by the position that holds the answer"))
     elif getattr(type(problem.task), "last_position_cases", None) is not None and \
             getattr(problem.model.readout, "positions", "last") == "all":
         order.append(("bounds", estimate + "; the cases of the last position say which position holds the answer"))

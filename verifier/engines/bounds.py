@@ -49,6 +49,11 @@ evaluator's own layer, and the second layer is bounded as the first is, with win
 a position's classes are those of every token combination of its window's token sets (a superset,
 exact when the window holds single tokens).  The query's window and the answer's position are
 split into single tokens first.
+Two layers whose second reads the first at the last position only (`_not_query_only`: its keys
+and values read columns the first leaves as they are; MQAR, nearest neighbour), local or not: the
+second layer's keys and values are tables over (position, token); the first layer's output at the
+query is bounded like a one-layer readout's input, and the second layer is bounded once per code
+its query's columns take over the box (`_second_layer`).  The task's `answer_cases` fix the answer.
 A readout at every position of a causal model is decided at the last position of every length
 (the task's `last_position_cases`), the first length's inputs on the evaluator at every position
 (docs/bounds-engine.md, "Layers after the first").
@@ -57,8 +62,8 @@ A readout at every position of a causal model is decided at the last position of
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Optional, Sequence, cast
 
 import numpy as np
 
@@ -89,11 +94,16 @@ OPEN_BOXES = 1 << 10  # open boxes a run that stopped hands on, for the falsific
 ROUND_BOXES = 1 << 13  # boxes of a round at most: enough to vectorise, few enough to reach the leaves soon
 WINDOW_INDEX = 1 << 21  # (position, window of token sets) pairs a batch may index (two layers): 16 MiB
 PRODUCT_TEMPS = 6  # arrays the size of a linear map's products alive at once (`Fixed._dot`, `_lin`)
+QUERY_POINTS = 4  # a non-local first layer: its output at the query, on the columns the second layer's
+# query reads, taking at most this many codes over a box is decided code by code (else the box branches)
+SECOND_QUERIES = 1 << 12  # second-layer query codes whose logit rows a run keeps
+COLUMN_POINTS = 64  # an FFN column that only its own units read and write: its output is found at every
+# code of its input's bounds, up to this many
 
 
 @dataclass
 class _Head:
-    q: ClassTable
+    q: Optional[ClassTable]  # None: a second layer's head, whose queries are found per box
     k: ClassTable
     v: ClassTable
     logits: np.ndarray  # (q classes, k classes) codes
@@ -111,14 +121,27 @@ class _Model:
     always: bool  # overflow = error and a saturated parameter that every input uses
     window: Optional[Window] = None  # two layers: the first layer's window (the tables are over its codes)
     states: Optional[np.ndarray] = None  # two layers: the first layer's output (L_max, window codes, d)
+    second: Optional[list[_Head]] = None  # two layers, the first not local: the second layer's keys and
+    # values over (position, token) (they read columns the first layer leaves as they are); no query table
+    query_cols: Optional[np.ndarray] = None  # the columns the second layer's queries read
 
     @classmethod
-    def build(cls, ev: Evaluator, deadline: Optional[Deadline] = None) -> "_Model":
+    def build(cls, ev: Evaluator, deadline: Optional[Deadline] = None, query_only: bool = False) -> "_Model":
         """Layer 0's class tables; for two layers, the first layer's window and output table, and
-        the last layer's class tables over (position, window code) (`verifier.locality`)."""
+        the last layer's class tables over (position, window code) (`verifier.locality`); or with
+        `query_only` (`_not_query_only_problem`), the second layer's keys and values over (position,
+        token)."""
         q, fx = ev.q, _intervals(ev.arith)
         heads = _layer0_heads(ev, deadline)
-        window = states = None
+        window = states = second = query_cols = None
+        if query_only:
+            second = []
+            for h in q.layers[1].heads:  # the logits are per round: the queries are found per box
+                tk, tv = (class_table(fx, q.E, q.P, q.P_mask, getattr(h, W), getattr(h, b), deadline)
+                          for W, b in h.MAPS[1:])
+                second.append(_Head(None, tk, tv, np.zeros((0, 0), np.int64), np.zeros((0, 0), bool)))
+            query_cols = np.flatnonzero(np.any([np.any(h.W_Q != 0, axis=0) for h in q.layers[1].heads], axis=0))
+            return cls(ev, heads, None, False, None, None, second, query_cols)
         if len(q.layers) > 1:
             window, why = _first_window(ev, heads)
             if window is None:
@@ -166,12 +189,48 @@ def _not_certified(model: Model) -> Optional[str]:
     return None
 
 
+def _not_query_only(model: Model) -> Optional[str]:
+    """Why a two-layer model's second layer is not one whose keys and values read only columns the
+    first layer leaves as they are (zero rows of its W_O, b_O, W2, b2, residual), or None.  Then the
+    second layer's keys and values are functions of (position, token), as layer 0's are, and only
+    its query, at the last position, reads the first layer's output."""
+    if len(model.layers) != 2:
+        return f"it has {len(model.layers)} layers, not two"
+    first, second = model.layers
+    if model.readout.positions != "last":
+        return "its readout is not at the last position only"
+    if not first.residual:
+        return "its first layer is not residual"
+    reads = np.zeros(model.d, dtype=bool)
+    for h in second.heads:
+        reads |= np.any(h.W_K != 0, axis=0) | np.any(h.W_V != 0, axis=0)
+    writes = np.any(first.W_O != 0, axis=1) | (first.b_O is not None and first.b_O != 0)
+    if first.has_ffn:
+        writes = writes | np.any(first.W2 != 0, axis=1) | (first.b2 is not None and first.b2 != 0)
+    if (reads & writes).any():
+        return (f"its second layer's keys or values read {int((reads & writes).sum())} columns its first layer "
+                f"writes")
+    return None
+
+
+def _not_query_only_problem(problem: Problem) -> Optional[str]:
+    """`_not_query_only`, and what the problem adds: the overflow rule, cases that fix the answer."""
+    if not isinstance(problem.model, Model):
+        return "a recurrent model has no layers"
+    why = _not_query_only(problem.model)
+    if why is None and problem.arith.overflow == "error":
+        why = "under overflow = error the first layer's saturations at every position would count"
+    if why is None and getattr(problem.task, "answer_cases", None) is None:
+        why = f"task {problem.task.name} has no cases that fix the answer's position"
+    return why
+
+
 def _first_window(ev: Evaluator, heads: list[_Head]) -> tuple[Optional[Window], str]:
     """The first layer's window (`locality.first_layer_window`), or None and why not."""
     why = _not_certified(ev.q)
     if why is not None:
         return None, why
-    return first_layer_window(_intervals(ev.arith), [h.q for h in heads], [h.k for h in heads],
+    return first_layer_window(_intervals(ev.arith), [cast(ClassTable, h.q) for h in heads], [h.k for h in heads],
                               [h.logits for h in heads], [h.logit_ovf for h in heads], ev.q.max_len)
 
 
@@ -236,22 +295,24 @@ class _Footprint:
     row: float  # bytes per row of the readout's bounds (`_post`): its widest linear map's products, its vectors
 
     @classmethod
-    def of(cls, model: Model) -> "_Footprint":
-        """From the model's sizes (as given or quantized: a zero weight is skipped either way)."""
-        layer, ro = model.layers[-1], model.readout
+    def of(cls, model: Model, at: int = -1) -> "_Footprint":
+        """From the model's sizes (as given or quantized: a zero weight is skipped either way), for the
+        layer `at` (the last, or a non-local first one)."""
+        layer, ro = model.layers[at], model.readout
         maps = [layer.W_O, ro.W_U] + ([layer.W1, layer.W2] if layer.has_ffn else [])
         mv = max(h.W_V.shape[0] for h in layer.heads)
         width = len(layer.heads) * mv + model.d + (layer.W1.shape[0] if layer.has_ffn else 0) + ro.W_U.shape[0]
         return cls(len(layer.heads), mv, 8.0 * (PRODUCT_TEMPS * max(products(W) for W in maps) + 8 * width))
 
-    def box(self, L: int, classes: int, branch: int) -> float:
-        """A box of length L, with at most `classes` key or value classes at a position and `branch`
-        children: per head, its positions' logit, weight and term bounds; one head's class ids,
+    def box(self, L: int, classes: int, branch: int, vclasses: Optional[int] = None) -> float:
+        """A box of length L, with at most `classes` key or value classes at a position (`vclasses`
+        value classes, when given apart) and `branch` children: per head, its positions' logit,
+        weight and term bounds; one head's class ids,
         logits and value gathers; its children with their table keys; the readout's rows of it and
         of its children."""
         H, mv = self.heads, self.mv
         kept = H * L * (8 + 4 * mv)
-        temp = L * (16 + 4 * classes + 2 * classes * mv)
+        temp = L * (16 + 4 * classes + 2 * (classes if vclasses is None else vclasses) * mv)
         kids = branch * (L + 8 + 3 * (4 * H * mv + 2 * H + 4))
         return 8.0 * (kept + temp + kids) + self.row * (1 + branch)
 
@@ -339,13 +400,15 @@ class Bounds:
             return "int8 with scales has no interval bounds here (the exhaustive engine decides int8)"
         if len(model.layers) > 2:
             return f"it bounds at most two layers (the first one local); the model has {len(model.layers)}"
-        if len(model.layers) == 2:
+        if len(model.layers) == 2 and _not_query_only_problem(problem) is not None:
             why = _not_certified(model)  # before any table is built
             if why is None:
                 ev = Evaluator(model, problem.arith, tables=False)
                 why = _first_window(ev, _layer0_heads(ev, opts.deadline))[1] or None
-            if why is not None:
-                return "the first of its two layers is not local: " + why
+            other = _not_query_only_problem(problem) if why is not None else None
+            if other is not None:
+                return (f"the first of its two layers is not local: {why}; and the second does not read it at the "
+                        f"last position only: {other}")
         if model.readout.positions != "last":
             if not all(layer.causal for layer in model.layers):
                 return "it bounds a readout at every position of a causal model only; this one is not causal"
@@ -413,14 +476,17 @@ class Bounds:
 
 
 def _cases(problem: Problem) -> Iterator[Case]:
-    """The task's case splits; for a readout at every position of a causal model, cases of the answer
+    """The task's case splits, or, when it has them, its cases split so that each fixes the answer's
+    position (`answer_cases`: MQAR, nearest neighbour); for a readout at every position of a causal
+    model, cases of the answer
     at the last position of every length (`last_position_cases`).  The output at position i depends
     on positions <= i only, so the answer at the last position of every length 1..N covers the
     answer at every position of every input; the cases of one length partition its inputs.  The
     positions before the first length's last one are read on the evaluator (`_Run.first_length`)."""
     task: Task = problem.task
     if problem.model.readout.positions == "last":
-        return case_splits(task)
+        answer_cases = getattr(task, "answer_cases", None)
+        return case_splits(task) if answer_cases is None else answer_cases()
     return task.last_position_cases()  # type: ignore[attr-defined]
 
 
@@ -443,17 +509,22 @@ class _Run:
         self.task, self.opts, self.stats = problem.task, opts, stats
         opts.deadline.check()
         # an evaluator of its own: its plans are cached by the id of arrays this run makes (`_lin`)
-        self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False), opts.deadline)
+        query_only = _not_query_only_problem(problem) is None
+        self.m = _Model.build(Evaluator(problem.model, problem.arith, tables=False), opts.deadline, query_only)
         self.fx = _intervals(problem.arith)
         self.q = self.m.ev.q
-        self.footprint = _Footprint.of(self.q)
-        self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * self.footprint.row)))
+        self.query_only = self.m.second is not None  # two layers, the first read at the last position only
+        self.footprint = _Footprint.of(self.q, 0 if self.query_only else -1)
+        self.footprint2 = _Footprint.of(self.q) if self.query_only else None
+        self.points_per_call = int(min(POINTS_PER_CALL, MEMORY // (2 * (self.footprint2 or self.footprint).row)))
         self.layer = self.q.layers[-1]
         self.window = self.m.window  # two layers: position j's classes read the tokens at j - width .. j
         self.windowed = self.window is not None and self.window.width > 0
         self.track = problem.arith.overflow == "error"
         self._leaf_ev: Optional[Evaluator] = None
         self._rows: dict[int, tuple] = {}  # per linear map: its non-zero rows
+        self._own: dict[int, np.ndarray] = {}  # per FFN: the columns it computes from themselves (`_own_columns`)
+        self._query_logits: dict[int, dict[bytes, tuple]] = {}  # per second-layer head: `_second_logits`
         self._by_domain: dict = {}
 
     # -- one batch ----------------------------------------------------------------------------
@@ -499,11 +570,17 @@ class _Run:
         case_of = np.repeat(np.arange(len(cases)), counts)
         prefix = np.array(prefix_of, dtype=np.int64)[case_of]
         dom = np.concatenate([self.prefixes[prefix], -1 - np.concatenate(queries)[:, None]], axis=1)
-        self.per_box = self.footprint.box(L, self._widest_classes(), int(self.lens.max()))
+        branch = int(self.lens.max())
+        if self.footprint2 is None:
+            self.per_box = self.footprint.box(L, max(self._widest_classes(self.m.heads)), branch)
+        else:  # no children from the parent's sums; the second layer once per code of the query's columns
+            self.per_box = self.footprint.box(L, *self._widest_classes(self.m.heads), 0) + 8.0 * L * branch \
+                + QUERY_POINTS * self.footprint2.box(L, *self._widest_classes(self.m.second or [], "2"), 0)
         self.per_input = self.footprint.input(L)
         stack = self.stack
         first = _Boxes(dom, case_of, np.zeros(len(case_of), dtype=np.int64), prefix)
-        stack.append(self._open(first if self.window is None else self._fix_query_window(first)))
+        split = self.window is not None or self.query_only  # the query's window, the answer's position
+        stack.append(self._open(self._fix_query_window(first) if split else first))
         found = self.found
         want = self.opts.max_counterexamples
         while stack:  # depth first: the children of a round before the rest of its boxes
@@ -557,17 +634,15 @@ class _Run:
         leaf = (sizes <= LEAF_INPUTS) & ((sizes > 1) | (self.answer_pos is None))
         return _Open(boxes, np.cumsum(np.where(leaf, sizes * self.per_input, self.per_box)))
 
-    def _widest_classes(self) -> int:
-        """The most key or value classes the tokens of one of the batch's domains fall into at a position."""
-        widest = 1
+    def _widest_classes(self, heads: list[_Head], tag: str = "") -> tuple[int, int]:
+        """The most key classes, and value classes, the tokens of one of the batch's domains fall into
+        at a position."""
         if self.windowed:
             assert self.window is not None
-            return int(min(max(h.k.classes for h in self.m.heads), self.lens.max() ** (self.window.width + 1)))
-        for hi, h in enumerate(self.m.heads):
-            for table, key in ((h.k, ("k", hi)), (h.v, ("v", hi))):
-                for d in self.domains:
-                    widest = max(widest, self._domain_classes(table, d, key).shape[1])
-        return widest
+            widest = int(min(max(h.k.classes for h in heads), self.lens.max() ** (self.window.width + 1)))
+            return widest, widest
+        return tuple(max([1] + [self._domain_classes(getattr(h, kv), d, (kv + tag, hi)).shape[1]
+                                for hi, h in enumerate(heads) for d in self.domains]) for kv in ("k", "v"))
 
     def _round(self, boxes: _Boxes, found: list) -> _Boxes:
         """Decide or split every box; the boxes left for the next round."""
@@ -640,10 +715,10 @@ class _Run:
         """The boxes split into single tokens on the positions of the query's window, and on the
         answer's position (a box that does not fix the answer is split there anyway: bounding it
         first would only choose that split, and a window's split cannot be taken from its parent)."""
-        assert self.window is not None
         def at(p: int) -> Callable[[_Boxes], np.ndarray]:
             return lambda b: np.full(len(b), p)
-        steps = [at(p) for p in range(max(0, self.L - 1 - self.window.width), self.L - 1)]
+        width = 0 if self.window is None else self.window.width
+        steps = [at(p) for p in range(max(0, self.L - 1 - width), self.L - 1)]
         if self.answer_pos is not None:
             steps.append(lambda b: self.answer_pos[b.case])
         for at in steps:
@@ -751,7 +826,7 @@ class _Run:
         if slot is not None:  # flags as a class table over window codes
             table = ClassTable(pair.astype(np.int64), np.array([[0], [1]]), np.zeros(2, dtype=bool))
             ovf = (self._slot_sets(table, "ovf") == 1).any(axis=1)[slot].any(axis=1)
-            return ovf | pair[-1, qtok] | np.any([h.q.ovf[h.q.rid[self.L - 1, qtok]] for h in self.m.heads], axis=0)
+            return ovf | pair[-1, qtok] | np.any([q.ovf[q.rid[self.L - 1, qtok]] for q in self._queries()], axis=0)
         for rows, p in self._groups(boxes):
             dom = self._positions(boxes, rows, p)
             per = ("ovf", p)
@@ -765,15 +840,24 @@ class _Run:
                              else False)
             ovf[rows] = flags.any(axis=1)
         ovf |= pair[-1, qtok]
-        for h in self.m.heads:
-            ovf |= h.q.ovf[h.q.rid[self.L - 1, qtok]]
+        for q in self._queries():
+            ovf |= q.ovf[q.rid[self.L - 1, qtok]]
         return ovf
 
+    def _queries(self) -> list[ClassTable]:
+        """The query tables of the heads bounded over (position, token) (every head but a second
+        layer's, whose queries are found per box)."""
+        return [cast(ClassTable, h.q) for h in self.m.heads]
+
     # -- bounds -------------------------------------------------------------------------------
-    def _attention(self, boxes: _Boxes) -> _Attention:
+    def _attention(self, boxes: _Boxes, second: Optional[tuple[list[_Head], list[np.ndarray]]] = None) -> _Attention:
         """Per head: logit bounds per position, the weight and term bounds of the positions whose
-        weight may be positive, and the bounds of the heads' sums."""
+        weight may be positive, and the bounds of the heads' sums.  `second`: the second layer's
+        heads (a non-local first layer), with their logit tables and each box's query row in them."""
         fx, L, B = self.fx, self.L, len(boxes)
+        heads_, layer = (self.m.heads, self.q.layers[0 if self.query_only else -1]) if second is None else \
+            (second[0], self.layer)
+        tag = "" if second is None else "2"
         qtok = self._query_code(boxes)
         groups = self._groups(boxes)
         slot = None
@@ -783,14 +867,14 @@ class _Run:
                 slot[rows] = self._slots(self._positions(boxes, rows, p))
         ovf = self._layer0_ovf(boxes, qtok, slot)
         heads = []
-        for hi, h in enumerate(self.m.heads):
-            qrow = h.q.rid[L - 1, qtok]
+        for hi, h in enumerate(heads_):
+            qrow = cast(ClassTable, h.q).rid[L - 1, qtok] if second is None else second[1][hi]
             slo, shi = np.empty((B, L), h.logits.dtype), np.empty((B, L), h.logits.dtype)
             exact = True
             if slot is not None:
                 exact = self._window_logits(h, qrow, slot, ("k", hi), slo, shi, ovf)
             for rows, p in groups if slot is None else ():
-                kid = self._classes(h.k, self._positions(boxes, rows, p), ("k", hi))
+                kid = self._classes(h.k, self._positions(boxes, rows, p), ("k" + tag, hi))
                 n, W = len(rows), kid.shape[2]
                 if p >= 0:  # one row of key classes for all: gather whole rows of the logit table
                     s = h.logits[qrow[rows]][:, kid.reshape(-1)].reshape(n, L - 1, W)
@@ -807,12 +891,12 @@ class _Run:
                 ovf |= h.logit_ovf[qrow, h.k.rid[L - 1, qtok]]
             if exact:
                 shi = slo
-            if self.layer.attention == "softmax":
+            if layer.attention == "softmax":
                 b, j, alo, ahi = fx.softmax_bounds(slo, shi, ovf)
             else:
                 b, j, alo, ahi = fx.relu_weight_bounds(slo, shi, ovf)
             if slot is None:
-                vlo, vhi = self._value_bounds(h, boxes, b, j, ("v", hi))
+                vlo, vhi = self._value_bounds(h, boxes, b, j, ("v" + tag, hi))
             else:
                 vlo, vhi = self._window_values(h, boxes, b, j, slot, ("v", hi))
             term_ovf = np.zeros(len(b), dtype=bool)
@@ -876,15 +960,80 @@ class _Run:
     def _judge(self, boxes: _Boxes, hlo: np.ndarray, hhi: np.ndarray, ovf: np.ndarray, truth: np.ndarray,
                found: list) -> np.ndarray:
         """Per box: 1 correct on all of it, -1 (a failure found) or 0 (open)."""
-        status, margin = self._readout(hlo, hhi, self._query_code(boxes), ovf, truth)
+        if self.query_only:
+            status, margin = self._second_layer(boxes, hlo, hhi, ovf, truth)
+        else:
+            status, margin = self._readout(hlo, hhi, self._query_code(boxes), ovf, truth)
         self.stats.margin(margin[status == 1])
         bad = np.flatnonzero(status == -1)
         if len(bad):
             status[bad] = self._failing(boxes.take(bad), found)
         return status
 
+    def _second_layer(self, boxes: _Boxes, hlo: np.ndarray, hhi: np.ndarray, ovf: np.ndarray,
+                      truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Status and margin bound per box of a two-layer model whose first layer is read at the last
+        position only (`_not_query_only`), from the first layer's head-output bounds there.
+
+        The first layer's output at the query is bounded like a one-layer readout's input (its FFN
+        column by column where it can: `_ffn`); where the columns the second layer's query reads
+        hold at most QUERY_POINTS codes over the box, each code is one exact query, and the second
+        layer is bounded for it like layer 0, its keys and values being tables over (position,
+        token).  The box is correct when it is for every code, fails when it does for every code;
+        a box with more codes stays open (and branches)."""
+        fx, n = self.fx, len(boxes)
+        qtok = self._query_code(boxes)
+        x0 = self._query_embedding()[qtok]
+        lo, hi = self._layer_out(self.q.layers[0], hlo, hhi, x0, x0, fx.context((n,)), by_column=True)
+        cols = self.m.query_cols
+        olo = fx.ordinal(lo[:, cols])
+        width = (fx.ordinal(hi[:, cols]) - olo + 1).astype(np.float64)
+        points = np.prod(width, axis=1)
+        status, margin = np.zeros(n, dtype=np.int64), np.full(n, -np.inf)
+        rows = np.flatnonzero(points <= QUERY_POINTS)
+        if not len(rows):
+            return status, margin
+        count = points[rows].astype(np.int64)
+        row_of = np.repeat(rows, count)
+        local = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+        w = width[row_of].astype(np.int64)
+        stride = np.cumprod(np.concatenate([np.ones((len(w), 1), np.int64), w[:, :-1]], axis=1), axis=1)
+        xlo, xhi = lo[row_of], hi[row_of]
+        xlo[:, cols] = xhi[:, cols] = fx.from_ordinal(olo[row_of] + (local[:, None] // stride) % w)
+        heads, qrows = [], []
+        for at, (h, head) in enumerate(zip(self.m.second or [], self.layer.heads)):
+            q, _ = self._lin(head.W_Q, head.b_Q, xlo, xhi, fx.context((len(row_of),)))  # exact: its columns are
+            _, first, inv = np.unique(q, axis=0, return_index=True, return_inverse=True)
+            logits, logit_ovf = self._second_logits(at, h, q[first])
+            heads.append(replace(h, logits=logits, logit_ovf=logit_ovf))
+            qrows.append(inv.reshape(-1))
+        att = self._attention(boxes.take(row_of), (heads, qrows))
+        lo2, hi2, ovf2 = self._head_outputs([h.raw for h in att.heads])
+        pstatus, pmargin = self._readout(lo2, hi2, qtok[row_of], ovf[row_of] | att.ovf | ovf2, truth[row_of],
+                                         (xlo, xhi))
+        at = np.cumsum(count) - count
+        every = lambda ok: np.logical_and.reduceat(ok, at)
+        status[rows] = np.where(every(pstatus == 1), 1, np.where(every(pstatus == -1), -1, 0))
+        margin[rows] = np.minimum.reduceat(pmargin, at)
+        return status, margin
+
+    def _second_logits(self, at: int, h: _Head, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`score_table`'s rows for the query codes Q (n, m) of second-layer head `at`, each distinct
+        query computed once a run (the boxes of G.2's constructions have a few dozen queries between
+        them): the head's logits and logit_ovf."""
+        cache = self._query_logits.setdefault(at, {})
+        if len(cache) > SECOND_QUERIES:
+            cache.clear()
+        keys = [r.tobytes() for r in Q]
+        new = [i for i, k in enumerate(keys) if k not in cache]
+        if new:
+            for i, s, f in zip(new, *score_table(self.fx, Q[new], h.k.values)):
+                cache[keys[i]] = (s, f)
+        return np.stack([cache[k][0] for k in keys]), np.stack([cache[k][1] for k in keys])
+
     def _readout(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray, ovf: np.ndarray,
-                 truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 truth: np.ndarray, resid: Optional[tuple[np.ndarray, np.ndarray]] = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """Status and margin bound per row from its head-output bounds (rows, H, mv).
 
         Interval bounds through the FFN lose the correlation of its units (each ReLU sees the
@@ -892,7 +1041,7 @@ class _Run:
         decided again at every code point of that box, exactly: the points hold every output the
         heads can give, so the row is correct when every point is, and fails when every point does."""
         ovf = ovf & self.track  # a saturation fails an input only under overflow = error
-        ylo, yhi, post_ovf = self._post(hlo, hhi, qtok)
+        ylo, yhi, post_ovf = self._post(hlo, hhi, qtok, resid)
         status, margin = self._verdict(ylo, yhi, ovf | post_ovf, truth)
         fx = self.fx
         olo = fx.ordinal(hlo)  # a value's rank: the points between two bounds are consecutive ranks
@@ -909,37 +1058,79 @@ class _Run:
         stride = np.cumprod(np.concatenate([np.ones((len(w), 1), np.int64), w[:, :-1]], axis=1), axis=1)
         code = fx.from_ordinal(_rows(olo[rows])[row_of] + (local[:, None] // stride) % w)
         code = code.reshape((len(code),) + hlo.shape[1:])
-        plo, phi, povf = self._post(code, code, qtok[rows][row_of])
+        plo, phi, povf = self._post(code, code, qtok[rows][row_of],
+                                    None if resid is None else (resid[0][rows][row_of], resid[1][rows][row_of]))
         pstatus, pmargin = self._verdict(plo, phi, povf, truth[rows][row_of])
         every = lambda ok: np.logical_and.reduceat(ok, np.cumsum(count) - count)
         status[rows] = np.where(every(pstatus == 1) & ~ovf[rows], 1, np.where(every(pstatus == -1), -1, 0))
         margin[rows] = np.minimum.reduceat(pmargin, np.cumsum(count) - count)
         return status, margin
 
-    def _post(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Readout bounds from head-output bounds (rows, H, mv), computed once per distinct row."""
+    def _post(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray,
+              resid: Optional[tuple[np.ndarray, np.ndarray]] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Readout bounds from head-output bounds (rows, H, mv), computed once per distinct row.  The
+        residual is the query's embedding, or the bounds `resid` (rows, d) of a first layer's output."""
         fx, layer, ro = self.fx, self.layer, self.q.readout
         rows = len(hlo)
-        key = np.concatenate([hlo.reshape(rows, -1), hhi.reshape(rows, -1)]
-                             + ([qtok[:, None]] if layer.residual else []), axis=1)
-        first, inv = _unique_rows(key)
-        lo, hi = hlo[first], hhi[first]
-        n = len(first)
-        ctx = fx.context((n,))
-        if layer.attention == "softmax":
-            lo, hi = _rows(lo), _rows(hi)
+        if resid is None:  # rows repeat (a head-output box, a query token): each distinct one once
+            first, inv = _unique_rows(np.concatenate([hlo.reshape(rows, -1), hhi.reshape(rows, -1)]
+                                                     + ([qtok[:, None]] if layer.residual else []), axis=1))
+        else:  # rows of (box, query code), with their first layer's output: few repeat
+            first = inv = np.arange(rows)
+        ctx = fx.context((len(first),))
+        if resid is None:
+            x0lo = x0hi = self._query_embedding()[qtok[first]]
         else:
-            lo, hi = fx.mean_heads(lo, ctx, "heads"), fx.mean_heads(hi, ctx, "heads")
-        lo, hi = self._lin(layer.W_O, layer.b_O, lo, hi, ctx)
-        if layer.residual:
-            x0 = self._query_embedding()[qtok[first]]
-            lo, hi = fx.add(x0, lo, ctx, "resid"), fx.add(x0, hi, ctx, "resid")
-        if layer.has_ffn:
-            flo, fhi = self._lin(layer.W1, layer.b1, lo, hi, ctx)
-            flo, fhi = self._lin(layer.W2, layer.b2, fx.relu(flo), fx.relu(fhi), ctx)
-            lo, hi = (fx.add(lo, flo, ctx, "out"), fx.add(hi, fhi, ctx, "out")) if layer.residual else (flo, fhi)
+            x0lo, x0hi = resid[0][first], resid[1][first]
+        lo, hi = self._layer_out(layer, hlo[first], hhi[first], x0lo, x0hi, ctx)
         ylo, yhi = self._lin(ro.W_U, ro.b_U, lo, hi, ctx)
         return ylo[inv], yhi[inv], ctx.ovf[inv]
+
+    def _layer_out(self, layer, hlo: np.ndarray, hhi: np.ndarray, x0lo: np.ndarray, x0hi: np.ndarray, ctx,
+                   by_column: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of a layer's output (rows, d) from its head-output bounds (rows, H, mv) and its
+        residual input's bounds (x0lo, x0hi)."""
+        fx = self.fx
+        if layer.attention == "softmax":
+            lo, hi = _rows(hlo), _rows(hhi)
+        else:
+            lo, hi = fx.mean_heads(hlo, ctx, "heads"), fx.mean_heads(hhi, ctx, "heads")
+        lo, hi = self._lin(layer.W_O, layer.b_O, lo, hi, ctx)
+        if layer.residual:
+            lo, hi = fx.add(x0lo, lo, ctx, "resid"), fx.add(x0hi, hi, ctx, "resid")
+        if layer.has_ffn:
+            lo, hi = self._ffn(layer, lo, hi, ctx, by_column)
+        return lo, hi
+
+    def _ffn(self, layer, lo: np.ndarray, hi: np.ndarray, ctx, by_column: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of the FFN's output (residual included) for x in [lo, hi].  Interval bounds lose the
+        correlation of the units that read one column (G.2's sigma: ReLU(h + 1) - ReLU(h - 1) - ReLU(h)
+        + ReLU(-h), four units, quadruples the width).  `by_column`: a column c whose writers read c
+        only has an output that is a function of x_c alone; it is computed at every code of x_c's
+        bounds (up to COLUMN_POINTS of them, all the columns at once: the t-th code of each) and its
+        bounds are the least and greatest."""
+        fx = self.fx
+
+        def out(a: np.ndarray, b: np.ndarray, c) -> tuple[np.ndarray, np.ndarray]:
+            flo, fhi = self._lin(layer.W1, layer.b1, a, b, c)
+            flo, fhi = self._lin(layer.W2, layer.b2, fx.relu(flo), fx.relu(fhi), c)
+            return (fx.add(a, flo, c, "out"), fx.add(b, fhi, c, "out")) if layer.residual else (flo, fhi)
+
+        ylo, yhi = out(lo, hi, ctx)
+        if not by_column:
+            return ylo, yhi
+        olo, ohi = fx.ordinal(lo), fx.ordinal(hi)
+        if id(layer) not in self._own:
+            self._own[id(layer)] = _own_columns(layer)
+        use = self._own[id(layer)][None, :] & (ohi - olo < COLUMN_POINTS)
+        if not use.any():
+            return ylo, yhi
+        clo = chi = out(lo, lo, ctx)[0]
+        for t in range(1, int(np.where(use, ohi - olo, 0).max()) + 1):
+            x = fx.from_ordinal(np.minimum(olo + t, ohi))
+            y = out(x, x, ctx)[0]
+            clo, chi = np.minimum(clo, y), np.maximum(chi, y)
+        return np.where(use, clo, ylo), np.where(use, chi, yhi)
 
     def _query_embedding(self) -> np.ndarray:
         """(V, d) the embedding of every token at the query position L-1 (its saturation is in pair_ovf);
@@ -1065,7 +1256,7 @@ class _Run:
         parent = np.repeat(rows, self.lens[doms])
         tokens = np.concatenate([self.domains[g] for g in doms])
         # a token at j changes the classes of j .. j + width: only a one-position window keeps the others
-        same = np.full(len(boxes), not self.windowed)
+        same = np.full(len(boxes), not (self.windowed or self.query_only))
         for h in att.heads:
             if not h.exact:
                 same &= h.slo[rows, j] == h.shi[rows, j]
@@ -1163,6 +1354,17 @@ class _Run:
         if self._leaf_ev is None and self.stats.leaf_inputs > LEAF_TABLES_AFTER:
             self._leaf_ev = fitting_evaluator(self.m.ev.model, self.fx)
         return self._leaf_ev or self.m.ev
+
+
+def _own_columns(layer) -> np.ndarray:
+    """(d,) the columns of the FFN's output that depend on the same column of its input only: every
+    unit that writes the column reads that column alone (a residual FFN adds the column itself)."""
+    reads = layer.W1 != 0  # (h, d)
+    own = np.ones(layer.W2.shape[0], dtype=bool)
+    for c in range(len(own)):
+        units = np.flatnonzero(layer.W2[c] != 0)
+        own[c] = not reads[units][:, np.arange(reads.shape[1]) != c].any()
+    return own
 
 
 def _rows(x: np.ndarray) -> np.ndarray:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
 from ..support.errors import InputError
 from ..support.sizes import Cost
-from .base import Domains, TaskOption
+from .base import Case, Domains, TaskOption, token_answers
 from .combinatorics import distinct_rows
 from .product import ProductTask, product_size
 
@@ -117,6 +117,29 @@ class _Retrieval(ProductTask):
     def valid_count(self, c: int) -> int:
         raise NotImplementedError
 
+    filtered_splits = False  # a box of `nearest_splits` also holds sequences that are not inputs
+
+    def nearest_splits(self, k: int, q: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Boxes of case (k, query q) that fix the nearest vector: (i, the codes x_i takes, the
+        codes every other x takes); together they hold every input of the case."""
+        raise NotImplementedError
+
+    def answer_cases(self) -> Iterator[Case]:
+        """Each case split by the position i of the nearest vector (`nearest_splits`), a box whose
+        answer is the label y_i (`Case.answer_at`): what the bounds engine needs to know the
+        answer on a box.  A sub-case shares its case's offset; it counts its case's inputs only
+        when it is the case's last one, so a prefix of sub-cases covers a prefix of cases."""
+        labels = token_answers(self.V + 2, self.V, 2)
+        pair = self.labels
+        for c, case in enumerate(self.cases()):
+            k, q = self._k[c], case.domains[-1]
+            parts = list(self.nearest_splits(k, int(q[0])))
+            for n, (i, at, rest) in enumerate(parts):
+                doms = [d for x in range(k - 1) for d in (at if x == i else rest, pair)]
+                yield Case(f"{case.name}, nearest x_{i + 1} in {{{', '.join(self.vocab[t] for t in at)}}}",
+                           Domains(doms, q), case.truth, case.offset, case.count if n == len(parts) - 1 else 0,
+                           case.valid if self.filtered_splits else None, (2 * i + 1, labels))
+
     def _counts(self) -> dict:
         valid = sum(self.valid_count(c) for c in range(len(self.space)))
         return {"sequences": self.total, "valid": valid, "dropped": self.total - valid}
@@ -158,6 +181,16 @@ class NearestNeighbour(_Retrieval):
     def case_valid(self, c):
         k, q = self._k[c], int(self.space[c][1][-1][0])
         return None if k == 2 else (lambda S: S.any(self._near(S, k, q)))
+
+    def nearest_splits(self, k: int, q: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """x_i is a code c' and every other x a code at least gamma further from the query (the
+        margin assumption): exactly the inputs whose nearest vector is x_i = c'."""
+        a = self.agree[:, q]
+        below = [np.flatnonzero(a <= a[c2] - self.need) for c2 in range(self.V)]
+        for i in range(k - 1):
+            for c2 in range(self.V):
+                if k == 2 or len(below[c2]):
+                    yield i, np.array([c2]), below[c2]
 
     def valid_count(self, c: int) -> int:
         """Closed form: one position holds the nearest code c', the k-2 others a code at least
@@ -215,6 +248,15 @@ class Mqar(_Retrieval):
             conds += [S.any([S.eq(xs[i], xs[j]) for j in range(h)]) for i in range(h, k)]
             return S.all(conds)
         return valid
+
+    filtered_splits = True  # a box of `nearest_splits` also holds repeated keys
+
+    def nearest_splits(self, k: int, q: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """Key j is the query and every other x (key or earlier query) another symbol: the inputs
+        whose answer is y_j, and sequences with repeated keys, which are not inputs."""
+        one, others = np.array([q]), np.setdiff1d(np.arange(self.V), [q])
+        for j in range(self.N // 2):
+            yield j, one, others
 
     def valid_count(self, c: int) -> int:
         """Keys: an ordered choice of N/2 distinct symbols that contains the query; the earlier
