@@ -248,13 +248,13 @@ class Fixed:
         """R(w) for a real parameter array: codes and a mask of saturated entries.  An object array
         holds exact rationals (`model.is_exact`), rounded exactly."""
         if np.asarray(w).dtype == object:
-            # a construction's weights take few distinct values (mostly 0 and +-1): round each once,
-            # found by (numerator, denominator) (a tuple of ints hashes faster than a Fraction)
+            # a construction's weights take few distinct values (mostly 0 and +-1): round each once
+            # (an object array may hold Fractions, ints and floats: equal values are one rational)
             w = np.asarray(w)
             distinct: dict = {}
-            where = np.fromiter((distinct.setdefault((v.numerator, v.denominator), len(distinct)) for v in w.flat),
+            where = np.fromiter((distinct.setdefault(v, len(distinct)) for v in w.flat),
                                 dtype=np.intp, count=w.size).reshape(w.shape)
-            exact = [self.round_rational(Fraction(n, d)) for n, d in distinct]
+            exact = [self.round_rational(v) for v in distinct]
             codes = np.array([min(max(c, self.lo), self.hi) for c in exact], dtype=np.int64)
             saturated = np.array([c < self.lo or c > self.hi for c in exact], dtype=bool)
             return codes[where], saturated[where]
