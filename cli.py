@@ -126,8 +126,9 @@ def arithmetic_options(fn):
 def run_options(fn):
     for opt in reversed([
         click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True),
-        click.option("--solver", type=click.Choice(SOLVER_CHOICES), default="z3", show_default=True,
-                     help="The SMT engine's solver; portfolio: every installed one, the first answer wins."),
+        click.option("--solver", type=click.Choice(SOLVER_CHOICES), default="auto", show_default=True,
+                     help="The SMT engine's solver; portfolio: every installed one, the first answer wins; "
+                          "auto: bitwuzla, or z3 for a case whose formula divides (softmax)."),
         click.option("--smtlib", type=click.Path(file_okay=False), default=None,
                      help="Write each case the SMT engine sends to a solver as SMT-LIB 2 in DIR (with --engine "
                           "smt, smt-bv or smt-int)."),
@@ -300,7 +301,7 @@ class StatusLine:
 
 
 def decide(problem, engine, deadline, max_counterexamples, start, stop, workers, cluster_address, as_json, dump,
-           want_trace, solver="z3", smtlib=None) -> int:
+           want_trace, solver="auto", smtlib=None) -> int:
     if dump:
         prepare_dump_dir(dump)
     progress = Progress()

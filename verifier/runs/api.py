@@ -216,7 +216,7 @@ def answer_name(problem: Problem, answer: int) -> str:
 def run(problem: Problem, engine: str = "auto", *, max_counterexamples: int = 1, timeout: Optional[float] = None,
         start: int = 0, stop: Optional[int] = None, workers: Optional[int] = None,
         progress: Optional[Callable[[Tick], None]] = None, deadline: Optional[Deadline] = None,
-        cluster=None, solver: str = "z3", smtlib: Optional[str] = None) -> Result:
+        cluster=None, solver: str = "auto", smtlib: Optional[str] = None) -> Result:
     """Decide the problem with an engine; replay every counterexample; sample-check a symbolic
     proof; return the verdict.  `deadline` (which `prove` and the CLI start before building the
     problem) takes the place of `timeout`.  `cluster` (a started `verifier.runs.cluster.Cluster`): the
@@ -357,7 +357,7 @@ def _unknown_reason(status: Status, er: EngineResult, deadline: Deadline, start:
 
 def prove(task: str = "index_lookup", *, engine: str = "auto", max_counterexamples: int = 1,
           timeout: Optional[float] = None, start: int = 0, stop: Optional[int] = None,
-          workers: Optional[int] = None, progress=None, solver: str = "z3", smtlib: Optional[str] = None,
+          workers: Optional[int] = None, progress=None, solver: str = "auto", smtlib: Optional[str] = None,
           **problem) -> Result:
     """Build the problem (see `build_problem`) and decide it: ``prove("idxl", N=16, p=12)``.
     The timeout covers the building too (the command line also stops a building that outlasts it)."""
