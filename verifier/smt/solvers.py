@@ -49,8 +49,9 @@ def resolve(name: str) -> str:
 
 
 def pick(text: str) -> str:
-    """auto's solver for a case's SMT-LIB text: z3 if it divides, else bitwuzla (when installed)."""
-    if "bitwuzla" not in installed() or any(op in text for op in DIVISIONS):
+    """auto's solver for a case's SMT-LIB text: z3 if it divides or has floating point (bitwuzla
+    as installed takes only the standard float sorts, docs/smt-encoding.md), else bitwuzla."""
+    if "bitwuzla" not in installed() or any(op in text for op in DIVISIONS) or "FloatingPoint" in text:
         return "z3"
     return "bitwuzla"
 
