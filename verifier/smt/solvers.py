@@ -69,7 +69,7 @@ def solve(name: str, text: str, names: list[str], timeout: Optional[float]) -> t
     chosen = pick(text) if name == "auto" else name
     if chosen == "z3":  # in this process: z3 answers Ctrl-C itself
         answer, values = _run(chosen, text, names, timeout)
-        return answer, values, chosen
+        return answer, values, f"z3 {z3.get_version_string()}"  # as the verdict names z3 when asked for it
     return _portfolio(installed() if chosen == "portfolio" else [chosen], text, names, timeout)
 
 
