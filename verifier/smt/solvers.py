@@ -51,7 +51,8 @@ def resolve(name: str) -> str:
 def pick(text: str) -> str:
     """auto's solver for a case's SMT-LIB text: z3 if it divides or has floating point (bitwuzla
     as installed takes only the standard float sorts, docs/smt-encoding.md), else bitwuzla."""
-    if "bitwuzla" not in installed() or any(op in text for op in DIVISIONS) or "FloatingPoint" in text:
+    floats = "FP" in text.partition("\n")[0] or "FloatingPoint" in text  # the logic (QF_BVFP), or a sort
+    if "bitwuzla" not in installed() or any(op in text for op in DIVISIONS) or floats:
         return "z3"
     return "bitwuzla"
 
