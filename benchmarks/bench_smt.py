@@ -11,6 +11,9 @@
   transformer and composition L = 4, n = 2: seconds of each (the engine alone: encoding, solving,
   decoding; each in a fresh process), their ratio, the largest N within the budget and the growth
   exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the rest;
+* with ``--solvers``: z3, bitwuzla and auto on equality and disjointness at N = 256, 512 and the
+  Dyck-(2,2) transformer, ratios to z3; with ``--quantize``: exact-weight quantization, distinct
+  values against every entry;
 * with ``--floats FORMAT`` (e.g. fp16, bf16, e5m2) instead: the SMT engine in that float format
   (z3's floating-point theory, docs/smt-encoding.md "Float formats") against exhaustive on index
   lookup at N doubling from 2 while it proves within the budget, and on disjointness at N = 2, 4,
@@ -134,6 +137,28 @@ def solver_ratios(budget: float, runs: list = SOLVER_RUNS, solvers: tuple = ("z3
             f"{s} {v} {sec:.1f} s ({sol:.1f} s) x{sec / base:.2f}" for s, (v, sec, sol) in got.items()), flush=True)
 
 
+def quantize_ratio(N: int = 512, p: int = 19) -> None:
+    """Fixed.quantize of equality's exact weights (object arrays of Fractions, d = 2N + 6) against
+    rounding every entry on its own (the code before it rounded each distinct value once)."""
+    import numpy as np
+
+    from verifier.runs.api import build_problem
+    problem = build_problem("equality", N=N, p=p)
+    fx, arrays = problem.arith, []
+    problem.model.map_arrays(lambda name, w: arrays.append(w) or w)
+    exact = [w for w in arrays if w.dtype == object]
+    t0 = time.perf_counter()
+    for w in exact:
+        np.vectorize(fx.round_rational, otypes=[object])(w)
+    per_entry = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for w in exact:
+        fx.quantize(w)
+    distinct = time.perf_counter() - t0
+    print(f"quantize equality N={N} p={p} ({sum(w.size for w in exact):,} exact entries): per entry "
+          f"{per_entry:.2f} s, each distinct value once {distinct:.2f} s, ratio {distinct / per_entry:.3f}")
+
+
 FLOAT_RUNS = (("idxl", None, (2, 4, 8, 16)), ("disjointness", "e5m2+e5m2acc", (2, 4)))  # None: --floats FORMAT
 
 
@@ -166,11 +191,14 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--floats", help="a float format: the float SMT figures only")
     ap.add_argument("--solvers", action="store_true", help="the solver figures only (z3, bitwuzla, auto)")
+    ap.add_argument("--quantize", action="store_true", help="the exact-weight quantization figure only")
     args = ap.parse_args()
     if args.child:
         return child(args.child)
     if args.solvers:
         return solver_ratios(args.budget)
+    if args.quantize:
+        return quantize_ratio()
     if args.floats:
         return floats(args.floats, args.budget)
     if args.old:
