@@ -127,7 +127,8 @@ def run_options(fn):
     for opt in reversed([
         click.option("--engine", type=click.Choice(ENGINE_NAMES), default="auto", show_default=True),
         click.option("--solver", type=click.Choice(SOLVER_CHOICES), default="z3", show_default=True,
-                     help="The SMT engine's solver; portfolio: every installed one, the first answer wins."),
+                     help="The SMT engine's solver; portfolio: every installed one, the first answer wins; "
+                          "auto: bitwuzla, or z3 for a case whose formula divides (softmax)."),
         click.option("--smtlib", type=click.Path(file_okay=False), default=None,
                      help="Write each case the SMT engine sends to a solver as SMT-LIB 2 in DIR (with --engine "
                           "smt, smt-bv or smt-int)."),

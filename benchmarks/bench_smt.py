@@ -11,6 +11,9 @@
   transformer and composition L = 4, n = 2: seconds of each (the engine alone: encoding, solving,
   decoding; each in a fresh process), their ratio, the largest N within the budget and the growth
   exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the rest;
+* with ``--solvers``: z3, bitwuzla and auto on equality and disjointness at N = 256, 512 and the
+  Dyck-(2,2) transformer, ratios to z3; with ``--quantize``: exact-weight quantization, distinct
+  values against every entry;
 * with ``--floats FORMAT`` (e.g. fp16, bf16, e5m2) instead: the SMT engine in that float format
   (z3's floating-point theory, docs/smt-encoding.md "Float formats") against exhaustive on index
   lookup at N doubling from 2 while it proves within the budget, and on disjointness at N = 2, 4,
@@ -63,21 +66,21 @@ def child(spec: str) -> None:
     t0 = time.perf_counter()
     res = Smt().run(problem, RunOptions(deadline=Deadline(a["budget"]), solver=a["solver"]))
     print(json.dumps({"seconds": time.perf_counter() - t0, "status": str(res.status), "found": len(res.found),
-                      "unfinished": res.stats.get("unfinished_case")}))
+                      "unfinished": res.stats.get("unfinished_case"), "solver_seconds": res.stats.get("solver_seconds")}))
 
 
-def engine_seconds(tree: Path, task: str, N: int, params: dict, solver: str, budget: float) -> tuple[str, float]:
-    """(verdict, seconds) of the SMT engine of the code in `tree`, in a fresh process."""
+def engine_run(tree: Path, task: str, N: int, params: dict, solver: str, budget: float) -> tuple[str, float, float]:
+    """(verdict, seconds, solver seconds) of the SMT engine of the code in `tree`, in a fresh process."""
     spec = json.dumps({"task": task, "N": N, "params": params, "solver": solver, "budget": budget})
     env = dict(os.environ, PYTHONPATH=str(tree))
     out = subprocess.run([sys.executable, __file__, "--child", spec], env=env, capture_output=True, text=True,
                          timeout=budget + 600)
     if out.returncode:
-        return f"error: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}", math.nan
+        return f"error: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}", math.nan, math.nan
     r = json.loads(out.stdout.strip().splitlines()[-1])
     verdict = ("refuted" if r["found"] else "proved") if r["status"] == "complete" else \
         f"unknown ({r['status']}, case {r['unfinished']})"
-    return verdict, r["seconds"]
+    return verdict, r["seconds"], r["solver_seconds"] or math.nan
 
 
 def old_new(old: Path, budget: float) -> None:
@@ -93,7 +96,7 @@ def old_new(old: Path, budget: float) -> None:
                 if which in stopped:
                     row.append(f"{which} -")
                     continue
-                verdict, sec = engine_seconds(tree, task, N, params(N), s, budget)
+                verdict, sec, _ = engine_run(tree, task, N, params(N), s, budget)
                 row.append(f"{which} ({s}) {verdict} {sec:7.2f} s")
                 if verdict.startswith(("proved", "refuted")) and sec <= budget:
                     times[which][N] = sec
@@ -114,6 +117,46 @@ def old_new(old: Path, budget: float) -> None:
         if common:
             N = common[-1]
             print(f"  {name}: new/old at N={N}, the largest both decided: {times['new'][N] / times['old'][N]:.3f}")
+
+
+# (task, N, parameters): equality at p = 2 log2 N + 1 and disjointness at 2 log2 N + 4 (issue 25),
+# and the Dyck-(2,2) transformer (no division in its formulas either: auto gives it bitwuzla)
+SOLVER_RUNS = [("equality", N, dict(p=2 * int(math.log2(N)) + 1)) for N in (256, 512)] + \
+    [("disjointness", N, dict(p=2 * int(math.log2(N)) + 4)) for N in (256, 512)] + [("dyck22", 4, dict(p=20, f=8))]
+
+
+def solver_ratios(budget: float, runs: list = SOLVER_RUNS, solvers: tuple = ("z3", "bitwuzla", "auto")) -> None:
+    """The SMT engine with each solver on the same problems (each in a fresh process), and the
+    ratio of each to z3's engine seconds, from this one run."""
+    here = Path(__file__).resolve().parents[1]
+    print(f"SMT engine by solver: engine seconds (solver seconds), budget {budget:g} s each")
+    for task, N, params in runs:
+        got = {s: engine_run(here, task, N, params, s, budget) for s in solvers}
+        base = got["z3"][1]
+        print(f"  {task} N={N} {params}: " + "; ".join(
+            f"{s} {v} {sec:.1f} s ({sol:.1f} s) x{sec / base:.2f}" for s, (v, sec, sol) in got.items()), flush=True)
+
+
+def quantize_ratio(N: int = 512, p: int = 19) -> None:
+    """Fixed.quantize of equality's exact weights (object arrays of Fractions, d = 2N + 6) against
+    rounding every entry on its own (the code before it rounded each distinct value once)."""
+    import numpy as np
+
+    from verifier.runs.api import build_problem
+    problem = build_problem("equality", N=N, p=p)
+    fx, arrays = problem.arith, []
+    problem.model.map_arrays(lambda name, w: arrays.append(w) or w)
+    exact = [w for w in arrays if w.dtype == object]
+    t0 = time.perf_counter()
+    for w in exact:
+        np.vectorize(fx.round_rational, otypes=[object])(w)
+    per_entry = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for w in exact:
+        fx.quantize(w)
+    distinct = time.perf_counter() - t0
+    print(f"quantize equality N={N} p={p} ({sum(w.size for w in exact):,} exact entries): per entry "
+          f"{per_entry:.2f} s, each distinct value once {distinct:.2f} s, ratio {distinct / per_entry:.3f}")
 
 
 FLOAT_RUNS = (("idxl", None, (2, 4, 8, 16)), ("disjointness", "e5m2+e5m2acc", (2, 4)))  # None: --floats FORMAT
@@ -147,9 +190,15 @@ def main() -> None:
     ap.add_argument("--only-old-new", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--floats", help="a float format: the float SMT figures only")
+    ap.add_argument("--solvers", action="store_true", help="the solver figures only (z3, bitwuzla, auto)")
+    ap.add_argument("--quantize", action="store_true", help="the exact-weight quantization figure only")
     args = ap.parse_args()
     if args.child:
         return child(args.child)
+    if args.solvers:
+        return solver_ratios(args.budget)
+    if args.quantize:
+        return quantize_ratio()
     if args.floats:
         return floats(args.floats, args.budget)
     if args.old:

@@ -167,3 +167,45 @@ def test_thresholds_compare_exactly():
     fx = FixedPoint(12, 6)
     assert list(fx.above(np.array([21, 22]), Fraction(1, 3))) == [False, True]
     assert list(fx.above(np.array([-22, -21]), Fraction(-1, 3))) == [False, True]
+
+
+def _quantize_per_entry(fx: FixedPoint, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The former path: every entry of an exact array rounded on its own (the reference)."""
+    exact = np.vectorize(fx.round_rational, otypes=[object])(w)
+    saturated = (exact < fx.lo) | (exact > fx.hi)
+    return np.clip(exact, fx.lo, fx.hi).astype(np.int64), saturated.astype(bool)
+
+
+# ties (k + 1/2 steps) under f fractional bits, integers (numpy's too), floats (a battery model's), and
+# values that saturate, repeated
+_exact_entries = st.one_of(st.integers(-3, 3), st.fractions(max_denominator=8), st.sampled_from([0.5, -1.25, 0.1]),
+                           st.integers(-3, 3).map(np.int64),
+                           st.builds(lambda k, f: Fraction(2 * k + 1, 2 ** (f + 1)), st.integers(-40, 40), st.integers(0, 6)),
+                           st.builds(lambda k: Fraction(k, 3) * 10 ** 6, st.integers(-3, 3)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(formats, st.lists(_exact_entries, min_size=0, max_size=24), st.sampled_from([(-1,), (2, -1), (-1, 2)]))
+def test_exact_quantize_matches_per_entry_rounding(fmt, entries, shape):
+    """Rounding each distinct value once gives every entry the code (and saturation flag) the
+    per-entry rounding gives it, ties under every rounding included."""
+    p, f, rounding = fmt
+    fx = FixedPoint(p, f, rounding)
+    entries = entries if shape == (-1,) else entries[: len(entries) // 2 * 2]
+    w = np.array(entries + [None], dtype=object)[:-1].reshape(shape)
+    codes_, sat = fx.quantize(w)
+    ref_codes, ref_sat = _quantize_per_entry(fx, w)
+    assert codes_.dtype == np.int64 and codes_.shape == w.shape and sat.shape == w.shape
+    assert np.array_equal(codes_, ref_codes) and np.array_equal(sat, ref_sat)
+
+
+def test_exact_quantize_rounds_each_distinct_value_once(monkeypatch):
+    """A construction's weights are mostly 0 and +-1: a d x d matrix costs three roundings, not d^2."""
+    fx = FixedPoint(12, 6)
+    rounded = []
+    round_rational = FixedPoint.round_rational
+    monkeypatch.setattr(FixedPoint, "round_rational", lambda self, x: rounded.append(x) or round_rational(self, x))
+    w = np.array([[Fraction(0), Fraction(1), Fraction(-1)] * 100] * 50, dtype=object)
+    codes_, _ = fx.quantize(w)
+    assert sorted(rounded) == [-1, 0, 1]
+    assert [codes_[0, 0], codes_[0, 1], codes_[49, 2]] == [0, 64, -64]

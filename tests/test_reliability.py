@@ -179,11 +179,11 @@ def test_a_solver_interruption_is_not_a_solver_unknown(monkeypatch):
     """z3 answers unknown when it catches Ctrl-C; that is an interruption, not the solver giving up."""
     monkeypatch.setattr(z3.Solver, "check", lambda self, *a: z3.unknown)
     monkeypatch.setattr(z3.Solver, "reason_unknown", lambda self: "interrupted from keyboard")
-    result = verifier.prove("idxl", N=6, p=12, sigma=64, eta=1.0, engine="smt")
+    result = verifier.prove("idxl", N=6, p=12, sigma=64, eta=1.0, engine="smt", solver="z3")  # z3's own Ctrl-C
     assert result.verdict == "unknown" and result.status == "interrupted" and "interrupted" in result.reason
     monkeypatch.setattr(z3.Solver, "reason_unknown", lambda self: "(incomplete (theory arithmetic))")
     # a correct model: the falsification pass before the unknown finds nothing (idxl at eta = 1 fails)
-    result = verifier.prove("equality", N=8, p=12, engine="smt")
+    result = verifier.prove("equality", N=8, p=12, engine="smt", solver="z3")
     assert result.verdict == "unknown" and result.status == "incomplete"
     assert "solver answered unknown ((incomplete" in result.reason
 

@@ -63,7 +63,7 @@ def test_solver_memory_is_a_peak_not_a_sum_over_solves():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("solver", ["bitwuzla", pytest.param("cvc5", marks=pytest.mark.slow), "portfolio"])
+@pytest.mark.parametrize("solver", ["bitwuzla", pytest.param("cvc5", marks=pytest.mark.slow), "portfolio", "auto"])
 def test_other_solvers_decide_the_battery_formulas_as_enumeration_does(solver):
     """Each case's SMT-LIB text, decided by another solver (or the portfolio): sat exactly where
     enumeration finds a failing input of the case, and its model a failing input."""
@@ -99,6 +99,27 @@ def test_other_solvers_decide_the_battery_formulas_as_enumeration_does(solver):
                 assert tokens in failing, (i, case.name, who)
             decided += 1
     assert decided >= 3
+
+
+def test_auto_solver_is_z3_for_a_formula_that_divides_and_bitwuzla_otherwise():
+    """A softmax over two tokens' logits divides by a symbolic Z (z3 was the faster there);
+    equality's formula has no division (bitwuzla was 2-7x faster): `verify`'s default picks by it."""
+    import numpy as np
+    import z3
+
+    from verifier.arithmetic import FixedPoint
+    from verifier.smt import solvers
+    from verifier.smt.encoding import softmax
+    from verifier.smt.symbolic import SymFX
+    pytest.importorskip("bitwuzla")
+    S = SymFX(FixedPoint(12, 6), [np.arange(3), np.arange(3)], 32)
+    a = softmax(S, [S.pair(0, 1, np.arange(9).reshape(3, 3) * 7), S.const(0)])[0]
+    dividing = solvers.smtlib([*S.domain_constraints(), S.z(a) == S.num(1)], "QF_BV")
+    assert solvers.pick(dividing) == "z3"
+    r = verifier.prove("idxl", N=2, arith="fp16", engine="smt")  # a float format's formulas stay with z3
+    assert r.verdict == "proved" and list(r.engine_stats["answered_by"]) == [f"z3 {z3.get_version_string()}"]
+    r = verifier.prove("equality", N=8, p=8, engine="smt")
+    assert r.verdict == "proved" and r.engine_stats["answered_by"] == {"bitwuzla": 1}
 
 
 @pytest.mark.slow

@@ -154,7 +154,7 @@ class Smt:
         is given (never over an existing file); None when neither the export nor a solver other
         than z3 needs it."""
         directory = opts.smtlib
-        if directory is None and opts.solver == "z3":
+        if directory is None and solvers.resolve(opts.solver) == "z3":
             return None
         text = solvers.smtlib(cls._assertions(enc), cls._logic(enc))
         if directory is not None:
@@ -201,7 +201,7 @@ class Smt:
             return [], "timeout"
         S = enc.sfx
         found = []
-        if solver_name != "z3" and S.theory == "bv":
+        if solvers.resolve(solver_name) != "z3" and S.theory == "bv":
             names = [str(tv) for tv in S.tokens if tv is not None]
             answer, values, who = solvers.solve(solver_name, text, names, left)
             totals["answered_by"] = totals.get("answered_by", {})

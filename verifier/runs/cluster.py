@@ -69,6 +69,7 @@ class Job:
     build: Callable[[], Problem]
     engine: str = "auto"
     timeout: Optional[float] = None
+    solver: str = "z3"  # the SMT engine's (`--solver`); a verdict does not depend on it, so the cache key leaves it out
 
 
 class Cluster:
@@ -191,7 +192,7 @@ class Cluster:
                     if hit is not None:
                         ready.append((i, hit))
                         continue
-                yield i, (problem, job.engine, job.timeout, workers)
+                yield i, (problem, job.engine, job.timeout, workers, job.solver)
 
         for i, value in self.map(_decide, runs()):
             yield from _drain(ready)
@@ -273,9 +274,9 @@ def _drain(ready: list) -> Iterator:
         yield ready.pop(0)
 
 
-def _decide(problem: Problem, engine: str, timeout: Optional[float], workers: Optional[int]) -> Result:
+def _decide(problem: Problem, engine: str, timeout: Optional[float], workers: Optional[int], solver: str) -> Result:
     # positional: Client.submit takes keywords such as `workers` for itself
-    return run(problem, engine, timeout=timeout, workers=workers)
+    return run(problem, engine, timeout=timeout, workers=workers, solver=solver)
 
 
 class Handle:

@@ -346,7 +346,7 @@ def format_frontier(task: "str | Task", N: int, ps: list[int], fs: list[int], **
 def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int = 1, step: int = 2,
             engine: str = "auto", timeout: Optional[float] = None, budget: Optional[float] = None,
             int_bits: Optional[int] = None, cache: Optional[Cache] = None, scheduler: Optional[str] = "serial",
-            progress: Optional[Callable[[str], None]] = None, **problem) -> Frontier:
+            progress: Optional[Callable[[str], None]] = None, solver: str = "z3", **problem) -> Frontier:
     """The frontier over the N in order, each row found by scanning p instead of deciding a fixed grid:
     from a p that proves down to the first p that does not.  The scan of N starts at `start` (the
     first N) or the previous N's lowest p proved + 1, goes up by `step` while refuted (to `most`),
@@ -373,7 +373,7 @@ def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int 
                     return None
                 limit = min(t for t in (timeout, left) if t is not None) if timeout or left else None
                 job = Job(functools.partial(build_problem, task, N=N, **_arguments(p, problem, int_bits, None)),
-                          engine, limit)
+                          engine, limit, solver)
                 for _, value in cluster.decide([job], cache):
                     if isinstance(value, Exception):
                         raise value

@@ -72,6 +72,8 @@ class SymFloat(SymFX):
     """`SymFX` for a float recipe: integer values (tokens, answers, counts) stay bit-vectors; the
     model's values are float64 tables or floating-point terms of the carrier sort."""
 
+    dtype = np.float64
+
     def __init__(self, fa: FloatArith, domains: Sequence[np.ndarray], width: int):
         # SymFX's FX operations are overridden here; it keeps the integer parts (tokens, answers)
         super().__init__(fa, domains, width, "bv")  # type: ignore[arg-type]
@@ -97,12 +99,6 @@ class SymFloat(SymFX):
         if isinstance(v, (float, np.floating)):
             return z3.FPVal(float(v), self.carrier)
         return super().num(v, like)
-
-    def stack(self, values: list[Sym], n: int) -> np.ndarray:
-        M = np.empty((n, len(values)), dtype=np.float64)
-        for c, v in enumerate(values):
-            M[:, c] = np.asarray(v.table)
-        return M
 
     def pair(self, i: int, j: int, table: np.ndarray) -> Sym:
         out = super().pair(i, j, table)

@@ -103,11 +103,18 @@ class SymFX:
         """Table rows of a value of token j (None: a constant, one row)."""
         return 1 if j is None else len(self.domains[j])
 
+    dtype = np.int64  # of the tables `stack` makes
+
     def stack(self, values: list[Sym], n: int) -> np.ndarray:
-        """Constants and lookups of one token, as the columns of an (n, len(values)) table."""
-        M = np.empty((n, len(values)), dtype=np.int64)
-        for c, v in enumerate(values):
-            M[:, c] = np.asarray(v.table)  # a constant broadcasts over the rows
+        """Constants and lookups of one token, as the columns of an (n, len(values)) table: the
+        constants in one assignment (broadcast over the rows), the lookups in another."""
+        M = np.empty((n, len(values)), dtype=self.dtype)
+        tables = [v.table for v in values]
+        flat = np.fromiter((t.ndim == 0 for t in tables), dtype=bool, count=len(tables))
+        if flat.any():
+            M[:, flat] = np.array([t for t, f in zip(tables, flat) if f], dtype=self.dtype)
+        if not flat.all():
+            M[:, ~flat] = np.array([t for t, f in zip(tables, flat) if not f], dtype=self.dtype).T
         return M
 
     def pairs(self, i: int, keys: list[int], table: np.ndarray, bounds: np.ndarray) -> list[Sym]:
