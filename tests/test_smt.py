@@ -103,7 +103,7 @@ def test_other_solvers_decide_the_battery_formulas_as_enumeration_does(solver):
 
 def test_auto_solver_is_z3_for_a_formula_that_divides_and_bitwuzla_otherwise():
     """A softmax over two tokens' logits divides by a symbolic Z (z3 was the faster there);
-    equality's formula has no division (bitwuzla was 2-7x faster): `verify`'s default picks by it."""
+    equality's formula has no division (bitwuzla was 2-7x faster): `--solver auto` picks by it."""
     import numpy as np
     import z3
 
@@ -116,10 +116,11 @@ def test_auto_solver_is_z3_for_a_formula_that_divides_and_bitwuzla_otherwise():
     a = softmax(S, [S.pair(0, 1, np.arange(9).reshape(3, 3) * 7), S.const(0)])[0]
     dividing = solvers.smtlib([*S.domain_constraints(), S.z(a) == S.num(1)], "QF_BV")
     assert solvers.pick(dividing) == "z3"
-    r = verifier.prove("idxl", N=2, arith="fp16", engine="smt")  # a float format's formulas stay with z3
+    r = verifier.prove("idxl", N=2, arith="fp16", engine="smt", solver="auto")  # a float format's stay with z3
     assert r.verdict == "proved" and list(r.engine_stats["answered_by"]) == [f"z3 {z3.get_version_string()}"]
-    r = verifier.prove("equality", N=8, p=8, engine="smt")
+    r = verifier.prove("equality", N=8, p=8, engine="smt", solver="auto")
     assert r.verdict == "proved" and r.engine_stats["answered_by"] == {"bitwuzla": 1}
+    assert "answered_by" not in verifier.prove("equality", N=8, p=8, engine="smt").engine_stats  # z3 by default
 
 
 @pytest.mark.slow
