@@ -66,7 +66,8 @@ def child(spec: str) -> None:
     t0 = time.perf_counter()
     res = Smt().run(problem, RunOptions(deadline=Deadline(a["budget"]), solver=a["solver"]))
     print(json.dumps({"seconds": time.perf_counter() - t0, "status": str(res.status), "found": len(res.found),
-                      "unfinished": res.stats.get("unfinished_case"), "solver_seconds": res.stats.get("solver_seconds")}))
+                      "unfinished": res.stats.get("unfinished_case"),
+                      "solver_seconds": res.stats.get("solver_seconds")}))
 
 
 def engine_run(tree: Path, task: str, N: int, params: dict, solver: str, budget: float) -> tuple[str, float, float]:
@@ -76,7 +77,8 @@ def engine_run(tree: Path, task: str, N: int, params: dict, solver: str, budget:
     out = subprocess.run([sys.executable, __file__, "--child", spec], env=env, capture_output=True, text=True,
                          timeout=budget + 600)
     if out.returncode:
-        return f"error: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}", math.nan, math.nan
+        why = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode
+        return f"error: {why}", math.nan, math.nan
     r = json.loads(out.stdout.strip().splitlines()[-1])
     verdict = ("refuted" if r["found"] else "proved") if r["status"] == "complete" else \
         f"unknown ({r['status']}, case {r['unfinished']})"

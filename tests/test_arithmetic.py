@@ -180,7 +180,8 @@ def _quantize_per_entry(fx: FixedPoint, w: np.ndarray) -> tuple[np.ndarray, np.n
 # values that saturate, repeated
 _exact_entries = st.one_of(st.integers(-3, 3), st.fractions(max_denominator=8), st.sampled_from([0.5, -1.25, 0.1]),
                            st.integers(-3, 3).map(np.int64),
-                           st.builds(lambda k, f: Fraction(2 * k + 1, 2 ** (f + 1)), st.integers(-40, 40), st.integers(0, 6)),
+                           st.builds(lambda k, f: Fraction(2 * k + 1, 2 ** (f + 1)),
+                                     st.integers(-40, 40), st.integers(0, 6)),
                            st.builds(lambda k: Fraction(k, 3) * 10 ** 6, st.integers(-3, 3)))
 
 

@@ -31,7 +31,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Callable, Optional, Union, cast
+from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Union, cast
 
 import mpmath
 import numpy as np
@@ -133,7 +133,8 @@ class Fixed:
     num: int
     den: int
     rounding: str
-    rows_apart = True  # `lin` of some of a map's rows is those rows of its `lin` (the evaluator skips zero rows)
+    # `lin` of some of a map's rows is those rows of its `lin` (the evaluator skips zero rows)
+    rows_apart: ClassVar[bool] = True
     overflow: str
     accumulate: str
     shift: Optional[int] = None  # den = 2^shift and num = 1: the primitives are shifts
@@ -794,7 +795,7 @@ class Float64Values:
     integer capacity to check, a value is its own real number, ReLU is exact."""
 
     dtype = np.float64  # of a value array
-    rows_apart = True  # as `Fixed.rows_apart`
+    rows_apart: ClassVar[bool] = True  # as `Fixed.rows_apart`
 
     def check_capacity(self, max_terms: int) -> None:
         return None

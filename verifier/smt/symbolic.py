@@ -103,18 +103,19 @@ class SymFX:
         """Table rows of a value of token j (None: a constant, one row)."""
         return 1 if j is None else len(self.domains[j])
 
-    dtype = np.int64  # of the tables `stack` makes
+    dtype: type = np.int64  # of the tables `stack` makes
 
     def stack(self, values: list[Sym], n: int) -> np.ndarray:
         """Constants and lookups of one token, as the columns of an (n, len(values)) table: the
         constants in one assignment (broadcast over the rows), the lookups in another."""
-        M = np.empty((n, len(values)), dtype=self.dtype)
-        tables = [v.table for v in values]
-        flat = np.fromiter((t.ndim == 0 for t in tables), dtype=bool, count=len(tables))
-        if flat.any():
-            M[:, flat] = np.array([t for t, f in zip(tables, flat) if f], dtype=self.dtype)
-        if not flat.all():
-            M[:, ~flat] = np.array([t for t, f in zip(tables, flat) if not f], dtype=self.dtype).T
+        M: np.ndarray = np.empty((n, len(values)), dtype=self.dtype)
+        tables: list = [v.table for v in values]
+        flat = [c for c, t in enumerate(tables) if np.ndim(t) == 0]
+        rows = [c for c, t in enumerate(tables) if np.ndim(t) != 0]
+        if flat:
+            M[:, flat] = np.array([tables[c] for c in flat], dtype=self.dtype)
+        if rows:
+            M[:, rows] = np.array([tables[c] for c in rows], dtype=self.dtype).T
         return M
 
     def pairs(self, i: int, keys: list[int], table: np.ndarray, bounds: np.ndarray) -> list[Sym]:
