@@ -208,8 +208,8 @@ def _not_query_only(model: Model) -> Optional[str]:
     if first.has_ffn:
         writes = writes | np.any(first.W2 != 0, axis=1) | (first.b2 is not None and first.b2 != 0)
     if (reads & writes).any():
-        return (f"its second layer's keys or values read {int((reads & writes).sum())} columns its first layer "
-                f"writes")
+        n = int((reads & writes).sum())
+        return f"its second layer's keys or values read {n} column{'s' if n > 1 else ''} its first layer writes"
     return None
 
 
