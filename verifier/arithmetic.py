@@ -133,11 +133,11 @@ class Fixed:
     num: int
     den: int
     rounding: str
-    # `lin` of some of a map's rows is those rows of its `lin` (the evaluator skips zero rows)
-    rows_apart: ClassVar[bool] = True
     overflow: str
     accumulate: str
     shift: Optional[int] = None  # den = 2^shift and num = 1: the primitives are shifts
+    # `lin` of some of a map's rows is those rows of its `lin` (the evaluator skips zero rows)
+    rows_apart: ClassVar[bool] = True
 
     # -- what a subclass gives ------------------------------------------------------------------
     def check_capacity(self, max_terms: int) -> None:

@@ -400,13 +400,13 @@ class Bounds:
             return "int8 with scales has no interval bounds here (the exhaustive engine decides int8)"
         if len(model.layers) > 2:
             return f"it bounds at most two layers (the first one local); the model has {len(model.layers)}"
-        if len(model.layers) == 2 and _not_query_only_problem(problem) is not None:
+        other = _not_query_only_problem(problem) if len(model.layers) == 2 else None
+        if other is not None:
             why = _not_certified(model)  # before any table is built
             if why is None:
                 ev = Evaluator(model, problem.arith, tables=False)
                 why = _first_window(ev, _layer0_heads(ev, opts.deadline))[1] or None
-            other = _not_query_only_problem(problem) if why is not None else None
-            if other is not None:
+            if why is not None:
                 return (f"the first of its two layers is not local: {why}; and the second does not read it at the "
                         f"last position only: {other}")
         if model.readout.positions != "last":
@@ -993,16 +993,14 @@ class _Run:
         rows = np.flatnonzero(points <= QUERY_POINTS)
         if not len(rows):
             return status, margin
-        count = points[rows].astype(np.int64)
-        row_of = np.repeat(rows, count)
-        local = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-        w = width[row_of].astype(np.int64)
-        stride = np.cumprod(np.concatenate([np.ones((len(w), 1), np.int64), w[:, :-1]], axis=1), axis=1)
+        point_of, codes, starts = _code_points(fx, olo[rows], width[rows])
+        row_of = rows[point_of]
         xlo, xhi = lo[row_of], hi[row_of]
-        xlo[:, cols] = xhi[:, cols] = fx.from_ordinal(olo[row_of] + (local[:, None] // stride) % w)
+        xlo[:, cols] = xhi[:, cols] = codes
         heads, qrows = [], []
         for at, (h, head) in enumerate(zip(self.m.second or [], self.layer.heads)):
-            q, _ = self._lin(head.W_Q, head.b_Q, xlo, xhi, fx.context((len(row_of),)))  # exact: its columns are
+            # exact: the columns it reads are codes
+            q, _ = self._lin(head.W_Q, head.b_Q, xlo, xhi, fx.context((len(row_of),)))
             _, first, inv = np.unique(q, axis=0, return_index=True, return_inverse=True)
             logits, logit_ovf = self._second_logits(at, h, q[first])
             heads.append(replace(h, logits=logits, logit_ovf=logit_ovf))
@@ -1011,10 +1009,9 @@ class _Run:
         lo2, hi2, ovf2 = self._head_outputs([h.raw for h in att.heads])
         pstatus, pmargin = self._readout(lo2, hi2, qtok[row_of], ovf[row_of] | att.ovf | ovf2, truth[row_of],
                                          (xlo, xhi))
-        at = np.cumsum(count) - count
-        every = lambda ok: np.logical_and.reduceat(ok, at)
+        every = lambda ok: np.logical_and.reduceat(ok, starts)
         status[rows] = np.where(every(pstatus == 1), 1, np.where(every(pstatus == -1), -1, 0))
-        margin[rows] = np.minimum.reduceat(pmargin, at)
+        margin[rows] = np.minimum.reduceat(pmargin, starts)
         return status, margin
 
     def _second_logits(self, at: int, h: _Head, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1051,19 +1048,14 @@ class _Run:
         rows = rows[np.cumsum(points[rows]) <= self.points_per_call]
         if not len(rows):
             return status, margin
-        count = points[rows].astype(np.int64)
-        row_of = np.repeat(np.arange(len(rows)), count)
-        local = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-        w = width[rows].astype(np.int64)[row_of]
-        stride = np.cumprod(np.concatenate([np.ones((len(w), 1), np.int64), w[:, :-1]], axis=1), axis=1)
-        code = fx.from_ordinal(_rows(olo[rows])[row_of] + (local[:, None] // stride) % w)
+        row_of, code, starts = _code_points(fx, _rows(olo[rows]), width[rows])
         code = code.reshape((len(code),) + hlo.shape[1:])
         plo, phi, povf = self._post(code, code, qtok[rows][row_of],
                                     None if resid is None else (resid[0][rows][row_of], resid[1][rows][row_of]))
         pstatus, pmargin = self._verdict(plo, phi, povf, truth[rows][row_of])
-        every = lambda ok: np.logical_and.reduceat(ok, np.cumsum(count) - count)
+        every = lambda ok: np.logical_and.reduceat(ok, starts)
         status[rows] = np.where(every(pstatus == 1) & ~ovf[rows], 1, np.where(every(pstatus == -1), -1, 0))
-        margin[rows] = np.minimum.reduceat(pmargin, np.cumsum(count) - count)
+        margin[rows] = np.minimum.reduceat(pmargin, starts)
         return status, margin
 
     def _post(self, hlo: np.ndarray, hhi: np.ndarray, qtok: np.ndarray,
@@ -1354,6 +1346,19 @@ class _Run:
         if self._leaf_ev is None and self.stats.leaf_inputs > LEAF_TABLES_AFTER:
             self._leaf_ev = fitting_evaluator(self.m.ev.model, self.fx)
         return self._leaf_ev or self.m.ev
+
+
+def _code_points(fx, olo: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every code point of each row's box, whose coordinates run over `width` consecutive ranks from
+    `olo` (rows, k): the row of each point, the points (points, k) as codes, and where each row's
+    points start."""
+    count = np.prod(width, axis=1).astype(np.int64)
+    row_of = np.repeat(np.arange(len(olo)), count)
+    starts = np.cumsum(count) - count
+    local = np.arange(count.sum()) - np.repeat(starts, count)
+    w = width.astype(np.int64)[row_of]
+    stride = np.cumprod(np.concatenate([np.ones((len(w), 1), np.int64), w[:, :-1]], axis=1), axis=1)
+    return row_of, fx.from_ordinal(olo[row_of] + (local[:, None] // stride) % w), starts
 
 
 def _own_columns(layer) -> np.ndarray:

@@ -4,8 +4,8 @@ A case's failure formula is built with z3 (`verifier.smt.encoding`) and written 
 (`smtlib`); bitwuzla and cvc5 (PyPI packages, the ``solvers`` extra) read that text, so every
 solver decides the very same formula.  `solve` runs z3 in this process, and bitwuzla, cvc5 or a
 portfolio (every installed solver) in forked processes: the first definite answer wins and the
-others are stopped, and Ctrl-C stops them all.  auto (the default of `verify` and `verifier.prove`)
-picks z3 or bitwuzla by the case's formula (`pick`).
+others are stopped, and Ctrl-C stops them all.  auto (`--solver auto`; z3 is the default) picks z3
+or bitwuzla by the case's formula (`pick`).
 A solver returns "sat" with the token variables' values, "unsat", or why it did not decide; the
 SMT engine decodes a model into an input and replays it on the evaluator as always, so a wrong
 "sat" from any solver is an internal error, never a verdict.  A wrong "unsat" would be a wrong
