@@ -388,3 +388,23 @@ def test_probes_are_members_of_their_boxes(monkeypatch):
     assert firsts and not got.found
     first, spread = firsts[0]
     assert spread.all() and not first.any()
+
+
+@pytest.mark.parametrize("task,p", [("mqar", 11), ("nearest_neighbour", 10), ("nearest_neighbour", 16)])
+def test_ffn_column_bounds_hold_at_every_code(task, p):
+    """The first layer's FFN bounded column by column (`_ffn`, G.2's sigma in residual form), on
+    random boxes of up to 12 codes a column (the rows of one call of different widths): its output
+    at the box's lowest and highest points and at random points lies within the bounds."""
+    problem = verifier.build_problem(task, N=8, p=p)
+    run = bounds._Run(problem, RunOptions(), bounds._Stats())
+    layer, fx = run.q.layers[0], run.fx
+    rng = np.random.default_rng(p)
+    B, d = 64, layer.W1.shape[1]
+    olo = rng.integers(-3 * fx.one_code, 3 * fx.one_code, (B, d))
+    ohi = olo + rng.integers(0, 13, (B, d)) * (rng.random((B, 1)) < 0.5)  # half the rows a point
+    lo, hi = fx.from_ordinal(olo), fx.from_ordinal(ohi)
+    blo, bhi = run._ffn(layer, lo, hi, fx.context((B,)), by_column=True)
+    for x in [lo, hi] + [fx.from_ordinal(olo + (rng.random((B, d)) * (ohi - olo + 1)).astype(np.int64))
+                         for _ in range(8)]:
+        y, y2 = run._ffn(layer, x, x, fx.context((B,)), by_column=False)
+        assert (y == y2).all() and (blo <= y).all() and (y <= bhi).all()

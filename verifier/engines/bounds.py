@@ -1118,11 +1118,16 @@ class _Run:
         use = self._own[id(layer)][None, :] & (ohi - olo < COLUMN_POINTS)
         if not use.any():
             return ylo, yhi
-        clo = chi = out(lo, lo, ctx)[0]
-        for t in range(1, int(np.where(use, ohi - olo, 0).max()) + 1):
-            x = fx.from_ordinal(np.minimum(olo + t, ohi))
-            y = out(x, x, ctx)[0]
-            clo, chi = np.minimum(clo, y), np.maximum(chi, y)
+        clo = out(lo, lo, ctx)[0]
+        chi = clo.copy()
+        span = np.where(use, ohi - olo, 0).max(axis=1)
+        for t in range(1, int(span.max()) + 1):
+            r = np.flatnonzero(span >= t)  # only the rows with a column this wide: most boxes have narrow ones
+            sub = fx.context((len(r),))
+            x = fx.from_ordinal(np.minimum(olo[r] + t, ohi[r]))
+            y = out(x, x, sub)[0]
+            ctx.ovf[r] |= sub.ovf
+            clo[r], chi[r] = np.minimum(clo[r], y), np.maximum(chi[r], y)
         return np.where(use, clo, ylo), np.where(use, chi, yhi)
 
     def _query_embedding(self) -> np.ndarray:
