@@ -1106,8 +1106,12 @@ class _Run:
 
         def out(a: np.ndarray, b: np.ndarray, c) -> tuple[np.ndarray, np.ndarray]:
             flo, fhi = self._lin(layer.W1, layer.b1, a, b, c)
-            flo, fhi = self._lin(layer.W2, layer.b2, fx.relu(flo), fx.relu(fhi), c)
-            return (fx.add(a, flo, c, "out"), fx.add(b, fhi, c, "out")) if layer.residual else (flo, fhi)
+            rlo = fx.relu(flo)
+            flo, fhi = self._lin(layer.W2, layer.b2, rlo, rlo if fhi is flo else fx.relu(fhi), c)
+            if not layer.residual:
+                return flo, fhi
+            ylo = fx.add(a, flo, c, "out")
+            return ylo, (ylo if a is b and fhi is flo else fx.add(b, fhi, c, "out"))
 
         ylo, yhi = out(lo, hi, ctx)
         if not by_column:
@@ -1143,7 +1147,8 @@ class _Run:
 
     def _lin(self, W: np.ndarray, b, lo: np.ndarray, hi: np.ndarray, ctx) -> tuple[np.ndarray, np.ndarray]:
         """Bounds of the linear rule W x + b for x in [lo, hi]: each product R(w x) is monotone in x,
-        rising for w > 0 and falling for w < 0, so the bounds take x at the matching end."""
+        rising for w > 0 and falling for w < 0, so the bounds take x at the matching end.  A point
+        (lo is hi) is computed once, and its bounds are one array."""
         if id(W) not in self._rows:  # a row of zeros gives its bias exactly: only the others are computed
             live = np.flatnonzero(np.any(W != 0, axis=1))
             self._rows[id(W)] = (live, W[live], None if b is None else b[live])
@@ -1155,6 +1160,9 @@ class _Run:
         up = Wc > 0
         ylo = np.zeros(lo.shape[:-1] + (W.shape[0],), dtype=lo.dtype) if b is None else \
             np.broadcast_to(b, lo.shape[:-1] + (W.shape[0],)).copy()
+        if lo is hi:
+            ylo[..., live] = self.fx.lin_gathered(Wc, xl, bl, ctx, "lin")  # the products broadcast
+            return ylo, ylo
         yhi = ylo.copy()
         ylo[..., live] = self.fx.lin_gathered(Wc, np.where(up, xl, xh), bl, ctx, "lin")
         yhi[..., live] = self.fx.lin_gathered(Wc, np.where(up, xh, xl), bl, ctx, "lin")
