@@ -680,8 +680,8 @@ class _Run:
             boxes, att = boxes.take(open_), att.take(open_)
         if not len(boxes):
             return boxes
-        kids = self._split(boxes, att, self._branch_position(boxes, att), found)
-        return _Boxes.concat(self._probes(boxes, found), kids)
+        kids, parents = self._split(boxes, att, self._branch_position(boxes, att), found)
+        return _Boxes.concat(self._probes(boxes.take(np.unique(parents)), found), kids)
 
     # -- domains and classes ------------------------------------------------------------------
     def _groups(self, boxes: _Boxes) -> list[tuple[np.ndarray, int]]:
@@ -1234,7 +1234,8 @@ class _Run:
 
     def _probes(self, boxes: _Boxes, found: list) -> _Boxes:
         """Boxes of one input each, decided in the next round before the children: a member of each
-        open box, its first if that is an input, else its spread one (`_probe_members`).  A failing
+        box that has children bounded anew (the children decided from their parent's sums need no
+        probe), its first if that is an input, else its spread one (`_probe_members`).  A failing
         input inside a box whose bounds straddle 0 is so found at once rather than after the descent
         to its leaf (nearest neighbour at N = 32, p = 10: the first member of the first box fails).
         One input's bounds are exact, so a probe costs a child's bounding, not an evaluation (the
@@ -1301,8 +1302,9 @@ class _Run:
         j[todo] = np.where(free, score, -1.0).argmax(axis=1)
         return j
 
-    def _split(self, boxes: _Boxes, att: _Attention, j: np.ndarray, found: list) -> _Boxes:
-        """The children of every box at its position j, one per token, that stay open.
+    def _split(self, boxes: _Boxes, att: _Attention, j: np.ndarray, found: list) -> tuple[_Boxes, np.ndarray]:
+        """The children of every box at its position j, one per token, that stay open, and the row of
+        each one's parent.
 
         Where position j's logit bounds are one value in every head, splitting j changes no weight
         bound: a child is its parent's sums with position j's term replaced by its token's, so the
@@ -1322,7 +1324,7 @@ class _Run:
         if len(by_table):
             status = self._children_by_table(boxes, att, j, parent[by_table], tokens[by_table], found)
             open_ = np.sort(np.concatenate([open_, by_table[status == 0]]))
-        return _children(boxes, parent[open_], j, tokens[open_])
+        return _children(boxes, parent[open_], j, tokens[open_]), parent[open_]
 
     def _children_by_table(self, boxes: _Boxes, att: _Attention, j: np.ndarray, parent: np.ndarray,
                            tokens: np.ndarray, found: list) -> np.ndarray:
