@@ -4,13 +4,15 @@ ran out, a solver answered unknown) may still leave a failure that a few evaluat
 Before `verifier.runs.api` answers unknown, it evaluates on the batched evaluator, in this order:
 
 * members of the boxes the engine left open (`EngineResult.open`: the bounds engine's undecided
-  boxes, whose members are inputs of the task): the corners and OPEN_RANDOM random members of
-  each;
+  boxes, which hold the inputs it had not decided): the corners and OPEN_RANDOM random members of
+  each, or for a task that draws its inputs (`Task.draw_inputs`: MQAR, nearest neighbour, whose
+  boxes hold few inputs among many sequences that are not), the corners and OPEN_RANDOM inputs
+  drawn uniformly from those in the box;
 * UNIFORM inputs drawn uniformly from those of the range the engine did not cover (most of
   them of the longest lengths, which hold most inputs);
 * over the whole enumeration, the sample of the task's cases that checks a symbolic proof
   (`sample_check.CaseSample`: corners, random members and random indices of every case, the
-  short and rare ones too).
+  short and rare ones too; inputs drawn by the task instead of the random ones where it draws them).
 
 A failing input is replayed on the generic path like every engine's counterexample
 (`api.replay`), and the verdict is then REFUTED.  Nothing is proved this way: with no failure the
@@ -100,7 +102,7 @@ def _draws(problem: Problem, boxes: list, start: int, stop: int, whole: bool) ->
     (decoding an index is slow at large N: 2 ms for induction heads at N = 256)."""
     task = problem.task
     rng = np.random.default_rng(SEED)
-    yield from _by_length("open", (box_sample(box, rng, OPEN_RANDOM) for box in boxes))
+    yield from _by_length("open", (box_sample(box, rng, OPEN_RANDOM, task) for box in boxes))
     if stop > start:
         pick = random.Random(SEED)  # indices beyond int64 (sigma^N) are drawn exactly
         draws = sorted({pick.randrange(start, stop) for _ in range(min(UNIFORM, stop - start))})

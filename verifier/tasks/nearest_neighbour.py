@@ -99,6 +99,17 @@ class _Retrieval(ProductTask):
     def extra_valid(self, tokens: np.ndarray) -> np.ndarray:
         return np.ones(len(tokens), bool)
 
+    def _box(self, domains, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """A box's membership table (positions x vocabulary) and n rows with its labels drawn
+        (uniform and independent: no label makes a sequence an input or not), vectors left 0."""
+        member = np.zeros((len(domains), len(self.vocab)), bool)
+        rows = np.zeros((n, len(domains)), np.int64)
+        for j, d in enumerate(domains):
+            member[j, d] = True
+            if j % 2:
+                rows[:, j] = d[rng.integers(len(d), size=n)]
+        return member, rows
+
     def _near(self, S, k: int, q: int) -> list:
         """Symbolic "x_i is the nearest neighbour with margin gamma", i < k."""
         dots = [S.lookup(2 * i, self.agree[S.domains[2 * i], q]) for i in range(k - 1)]
@@ -192,6 +203,33 @@ class NearestNeighbour(_Retrieval):
                 if k == 2 or len(below[c2]):
                     yield i, np.array([c2]), below[c2]
 
+    def draw_inputs(self, domains, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n inputs drawn uniformly from those in a box, exactly (up to the float rounding of the
+        weights): the inputs with query q whose nearest vector is x_i = c' are the product of
+        {c'} at i and, at every other vector position, its codes at least gamma further from q
+        (`valid_count`'s closed form, per position); a triple (q, i, c') is drawn by its count of
+        inputs, then each other position uniformly from its codes.  Empty when the box holds none."""
+        member, rows = self._box(domains, rng, n)
+        xs = member[0::2, :self.V]  # (k, V): the vectors' codes, the query's last
+        queries = np.flatnonzero(xs[-1])
+        a = self.agree[:, queries].T  # (Q, V): agreement of each code with each query
+        below = a[:, None, :] <= a[:, :, None] - self.need  # (Q, c', c): c is gamma further from q than c'
+        sizes = np.einsum("qcv,iv->qci", below.astype(np.int64), xs[:-1].astype(np.int64))  # (Q, c', i)
+        # inputs of (q, c', i): [c' at i] times the product of the other positions' sizes, in logs
+        logs = np.log(np.where(sizes > 0, sizes, 1))
+        zeros = (sizes == 0).sum(axis=2, keepdims=True) - (sizes == 0)
+        ok = (zeros == 0) & xs[:-1].T[None, :, :]
+        if not ok.any() or n == 0:
+            return rows[:0]
+        log_count = np.where(ok, logs.sum(axis=2, keepdims=True) - logs, -np.inf)
+        weight = np.exp(log_count - log_count.max()).ravel()
+        qi, c1, i = np.unravel_index(rng.choice(weight.size, size=n, p=weight / weight.sum()), log_count.shape)
+        allowed = below[qi, c1][:, None, :] & xs[None, :-1, :]  # (n, k-1, V)
+        x = np.argmax(np.where(allowed, rng.random(allowed.shape), -1.0), axis=2)
+        x[np.arange(n), i] = c1
+        rows[:, 0:-1:2], rows[:, -1] = x, queries[qi]
+        return rows
+
     def valid_count(self, c: int) -> int:
         """Closed form: one position holds the nearest code c', the k-2 others a code at least
         gamma further from the query; times the 2^(k-1) labels."""
@@ -258,9 +296,67 @@ class Mqar(_Retrieval):
         for j in range(self.N // 2):
             yield j, one, others
 
+    DRAW_ROUNDS = 8  # rounds of proposals `draw_inputs` makes at most
+
+    def draw_inputs(self, domains, rng: np.random.Generator, n: int) -> np.ndarray:
+        """At most n inputs drawn uniformly from those in a box, exactly, by rejection: the free
+        keys are a uniform arrangement of distinct symbols from their domains' union (less the
+        fixed keys), kept if each lies in its own domain; the free queries likewise from the
+        keys in their domains' union (less the fixed queries), the row kept with probability
+        A(m, f) / A(m_max, f) (A(m, f) the arrangements of f of the m keys available, m_max its
+        bound over every key set), so that every input is as likely.  On a case, or a box whose
+        free keys share a domain and whose free queries do (every box the bounds engine makes),
+        only the fixed query's being a key is rejected; fewer than n rows when the box's inputs
+        are rare among the proposals after DRAW_ROUNDS rounds."""
+        h, out, missing = self.N // 2, [], n
+        for _ in range(self.DRAW_ROUNDS):
+            if missing <= 0:
+                break
+            rows = self._propose(domains, rng, 4 * missing + 16, h)
+            out.append(rows[:missing])
+            missing -= len(out[-1])
+        return np.concatenate(out) if out else np.zeros((0, len(domains)), np.int64)
+
+    def _propose(self, domains, rng: np.random.Generator, B: int, h: int) -> np.ndarray:
+        """B of `draw_inputs`' proposals, the rejected ones dropped."""
+        member, rows = self._box(domains, rng, B)
+        xs = member[0::2, :self.V]
+        keys, kept = _arrange(xs[:h], rng, np.ones((B, self.V), bool), self.V)
+        key_set = np.zeros((B, self.V), bool)
+        key_set[np.arange(B)[:, None], keys] = True
+        queries, ok = _arrange(xs[h:], rng, key_set, h)
+        rows[:, 0:2 * h:2], rows[:, 2 * h::2] = keys, queries
+        return rows[kept & ok]
+
     def valid_count(self, c: int) -> int:
         """Keys: an ordered choice of N/2 distinct symbols that contains the query; the earlier
         queries: distinct keys other than the query; times the 2^(k-1) labels."""
         k, h = self._k[c], self.N // 2
         keys = h * math.perm(self.sigma - 1, h - 1)
         return keys * math.perm(h - 1, k - 1 - h) * 2 ** (k - 1)
+
+
+def _arrange(member: np.ndarray, rng: np.random.Generator, pool: np.ndarray,
+             most: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct symbols for positions with these domains (member: positions x symbols), from each
+    row's pool (rows x symbols, at most `most` symbols a row): the fixed positions' symbols, and at
+    the f free ones a uniform arrangement of the m symbols of the pool in their domains' union (less
+    the fixed ones); (symbols, kept), a row kept when its symbols are distinct, in the pool and each
+    in its own domain, and with probability A(m, f) / A(m_max, f), m_max the bound of m over every
+    pool, so that every kept arrangement is as likely whatever the row's pool."""
+    B, sizes = len(pool), member.sum(axis=1)
+    fixed, free = np.flatnonzero(sizes == 1), np.flatnonzero(sizes > 1)
+    symbols = np.zeros((B, len(member)), np.int64)
+    given = np.argmax(member[fixed], axis=1)
+    union = member[free].any(axis=0)
+    union[given] = False
+    f, m_max = len(free), min(int(union.sum()), most - len(given))
+    if len(np.unique(given)) < len(given) or m_max < f:
+        return symbols, np.zeros(B, bool)
+    symbols[:, fixed] = given
+    avail = pool & union
+    symbols[:, free] = np.argsort(np.where(avail, rng.random(avail.shape), 2.0), axis=1)[:, :f]
+    m = avail.sum(axis=1)
+    ratio = np.prod((m[:, None] - np.arange(f)) / (m_max - np.arange(f)), axis=1)
+    kept = pool[:, given].all(axis=1) & (m >= f) & member[free, symbols[:, free]].all(axis=1)
+    return symbols, kept & (rng.random(B) < ratio)
