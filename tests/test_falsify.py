@@ -92,3 +92,19 @@ def test_the_boxes_a_stopped_bounds_run_left_open_hold_a_failure_blind_draws_mis
     blind = EngineResult(last.status, last.covered, last.found)
     tried, found = falsify(problem, blind, RunOptions(), Deadline())
     assert not found and tried.tried > 1000
+
+
+@pytest.mark.slow
+def test_a_failing_mqar_model_a_stopped_bounds_run_leaves_is_refuted_by_inputs_the_task_draws():
+    """MQAR at N = 32, p = 12 (the frontier's point below p*): a bounds run stopped early has
+    decided nothing, and its open boxes repeat a key (they hold no input); random members of the
+    boxes and of the cases are not inputs either (distinct keys, the queries a permutation of them:
+    9 sequences in a million at N = 16), so the pass used to evaluate none.  The inputs MQAR draws
+    itself from its cases fail, and replay."""
+    problem = build_problem("mqar", N=32, p=12)
+    er = Bounds().run(problem, RunOptions(deadline=_AfterPolls(4)))
+    assert er.status == Status.TIMEOUT and not er.found and er.covered == 0
+    tried, found = falsify(problem, er, RunOptions(), Deadline())
+    assert found and tried.from_cases > 0 and tried.failed >= 1
+    again = replay(problem, found[0])
+    assert again.expected != again.produced

@@ -99,16 +99,20 @@ class _Retrieval(ProductTask):
     def extra_valid(self, tokens: np.ndarray) -> np.ndarray:
         return np.ones(len(tokens), bool)
 
-    def _box(self, domains, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """A box's membership table (positions x vocabulary) and n rows with its labels drawn
-        (uniform and independent: no label makes a sequence an input or not), vectors left 0."""
+    def _member(self, domains) -> np.ndarray:
+        """A box's membership table: positions x vocabulary."""
         member = np.zeros((len(domains), len(self.vocab)), bool)
-        rows = np.zeros((n, len(domains)), np.int64)
         for j, d in enumerate(domains):
             member[j, d] = True
-            if j % 2:
-                rows[:, j] = d[rng.integers(len(d), size=n)]
-        return member, rows
+        return member
+
+    def _labels(self, member: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n rows of a box with its labels drawn (uniform and independent: no label makes a
+        sequence an input or not), the vectors left 0."""
+        rows = np.zeros((n, len(member)), np.int64)
+        labels = member[1::2, self.V:]
+        rows[:, 1::2] = self.V + np.argmax(np.where(labels, rng.random((n, *labels.shape)), -1.0), axis=2)
+        return rows
 
     def _near(self, S, k: int, q: int) -> list:
         """Symbolic "x_i is the nearest neighbour with margin gamma", i < k."""
@@ -209,7 +213,8 @@ class NearestNeighbour(_Retrieval):
         {c'} at i and, at every other vector position, its codes at least gamma further from q
         (`valid_count`'s closed form, per position); a triple (q, i, c') is drawn by its count of
         inputs, then each other position uniformly from its codes.  Empty when the box holds none."""
-        member, rows = self._box(domains, rng, n)
+        member = self._member(domains)
+        rows = self._labels(member, rng, n)
         xs = member[0::2, :self.V]  # (k, V): the vectors' codes, the query's last
         queries = np.flatnonzero(xs[-1])
         a = self.agree[:, queries].T  # (Q, V): agreement of each code with each query
@@ -308,25 +313,24 @@ class Mqar(_Retrieval):
         free keys share a domain and whose free queries do (every box the bounds engine makes),
         only the fixed query's being a key is rejected; fewer than n rows when the box's inputs
         are rare among the proposals after DRAW_ROUNDS rounds."""
-        h, out, missing = self.N // 2, [], n
+        h, V = self.N // 2, self.V
+        member = self._member(domains)
+        keys, queries = _Arrangements(member[0:2 * h:2, :V], V), _Arrangements(member[2 * h::2, :V], h)
+        out, missing = [np.zeros((0, len(domains)), np.int64)], n
+        if not (keys.possible and queries.possible and member[0:2 * h:2, queries.given].any(axis=0).all()):
+            return out[0]  # the box holds no input: no proposal would be kept
         for _ in range(self.DRAW_ROUNDS):
             if missing <= 0:
                 break
-            rows = self._propose(domains, rng, 4 * missing + 16, h)
-            out.append(rows[:missing])
+            B = 4 * missing + 16
+            rows = self._labels(member, rng, B)
+            rows[:, 0:2 * h:2], kept = keys.draw(rng, np.ones((B, V), bool))
+            key_set = np.zeros((B, V), bool)
+            key_set[np.arange(B)[:, None], rows[:, 0:2 * h:2]] = True
+            rows[:, 2 * h::2], ok = queries.draw(rng, key_set)
+            out.append(rows[kept & ok][:missing])
             missing -= len(out[-1])
-        return np.concatenate(out) if out else np.zeros((0, len(domains)), np.int64)
-
-    def _propose(self, domains, rng: np.random.Generator, B: int, h: int) -> np.ndarray:
-        """B of `draw_inputs`' proposals, the rejected ones dropped."""
-        member, rows = self._box(domains, rng, B)
-        xs = member[0::2, :self.V]
-        keys, kept = _arrange(xs[:h], rng, np.ones((B, self.V), bool), self.V)
-        key_set = np.zeros((B, self.V), bool)
-        key_set[np.arange(B)[:, None], keys] = True
-        queries, ok = _arrange(xs[h:], rng, key_set, h)
-        rows[:, 0:2 * h:2], rows[:, 2 * h::2] = keys, queries
-        return rows[kept & ok]
+        return np.concatenate(out)
 
     def valid_count(self, c: int) -> int:
         """Keys: an ordered choice of N/2 distinct symbols that contains the query; the earlier
@@ -336,27 +340,33 @@ class Mqar(_Retrieval):
         return keys * math.perm(h - 1, k - 1 - h) * 2 ** (k - 1)
 
 
-def _arrange(member: np.ndarray, rng: np.random.Generator, pool: np.ndarray,
-             most: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct symbols for positions with these domains (member: positions x symbols), from each
-    row's pool (rows x symbols, at most `most` symbols a row): the fixed positions' symbols, and at
-    the f free ones a uniform arrangement of the m symbols of the pool in their domains' union (less
-    the fixed ones); (symbols, kept), a row kept when its symbols are distinct, in the pool and each
-    in its own domain, and with probability A(m, f) / A(m_max, f), m_max the bound of m over every
-    pool, so that every kept arrangement is as likely whatever the row's pool."""
-    B, sizes = len(pool), member.sum(axis=1)
-    fixed, free = np.flatnonzero(sizes == 1), np.flatnonzero(sizes > 1)
-    symbols = np.zeros((B, len(member)), np.int64)
-    given = np.argmax(member[fixed], axis=1)
-    union = member[free].any(axis=0)
-    union[given] = False
-    f, m_max = len(free), min(int(union.sum()), most - len(given))
-    if len(np.unique(given)) < len(given) or m_max < f:
-        return symbols, np.zeros(B, bool)
-    symbols[:, fixed] = given
-    avail = pool & union
-    symbols[:, free] = np.argsort(np.where(avail, rng.random(avail.shape), 2.0), axis=1)[:, :f]
-    m = avail.sum(axis=1)
-    ratio = np.prod((m[:, None] - np.arange(f)) / (m_max - np.arange(f)), axis=1)
-    kept = pool[:, given].all(axis=1) & (m >= f) & member[free, symbols[:, free]].all(axis=1)
-    return symbols, kept & (rng.random(B) < ratio)
+class _Arrangements:
+    """Distinct symbols at positions with these domains (member: positions x symbols), drawn from
+    each row's pool (at most `most` symbols a row): the fixed positions' symbols, and at the f free
+    ones a uniform arrangement of the m symbols of the pool in their domains' union (less the fixed
+    ones).  A row is kept when its symbols are distinct, in the pool and each in its own domain,
+    and with probability A(m, f) / A(m_max, f), m_max the bound of m over every pool, so that every
+    kept arrangement is as likely whatever the row's pool."""
+
+    def __init__(self, member: np.ndarray, most: int):
+        sizes = member.sum(axis=1)
+        self.member, self.fixed, self.free = member, np.flatnonzero(sizes == 1), np.flatnonzero(sizes > 1)
+        self.given = np.argmax(member[self.fixed], axis=1)
+        self.union = member[self.free].any(axis=0)
+        self.union[self.given] = False
+        self.m_max = min(int(self.union.sum()), most - len(self.given))
+        self.possible = len(np.unique(self.given)) == len(self.given) and self.m_max >= len(self.free)
+
+    def draw(self, rng: np.random.Generator, pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(symbols, kept) of each row of the pool (rows x symbols)."""
+        B, f, free = len(pool), len(self.free), self.free
+        symbols = np.zeros((B, len(self.member)), np.int64)
+        if not self.possible:
+            return symbols, np.zeros(B, bool)
+        symbols[:, self.fixed] = self.given
+        avail = pool & self.union
+        symbols[:, free] = np.argsort(np.where(avail, rng.random(avail.shape), 2.0), axis=1)[:, :f]
+        m = avail.sum(axis=1)
+        ratio = np.prod((m[:, None] - np.arange(f)) / (self.m_max - np.arange(f)), axis=1)
+        kept = pool[:, self.given].all(axis=1) & (m >= f) & self.member[free, symbols[:, free]].all(axis=1)
+        return symbols, kept & (rng.random(B) < ratio)
