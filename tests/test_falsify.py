@@ -102,8 +102,11 @@ def test_a_failing_mqar_model_a_stopped_bounds_run_leaves_is_refuted_by_inputs_t
     9 sequences in a million at N = 16), so the pass used to evaluate none.  The inputs MQAR draws
     itself from its cases fail, and replay."""
     problem = build_problem("mqar", N=32, p=12)
-    er = Bounds().run(problem, RunOptions(deadline=_AfterPolls(4)))
-    assert er.status == Status.TIMEOUT and not er.found and er.covered == 0
+    er = Bounds().run(problem, RunOptions(deadline=_AfterPolls(20)))
+    assert er.status == Status.TIMEOUT and not er.found and er.covered == 0 and er.open
+    for box in er.open:
+        keys = [int(d[0]) for d in box[0:32:2] if len(d) == 1]
+        assert len(set(keys)) < len(keys)
     tried, found = falsify(problem, er, RunOptions(), Deadline())
     assert found and tried.from_cases > 0 and tried.failed >= 1
     again = replay(problem, found[0])
