@@ -105,6 +105,7 @@ def test_a_wrong_proof_of_a_failing_mqar_model_is_caught(monkeypatch):
     """MQAR at N = 16 and p = 10 fails (the bounds engine finds it in a longer run); an engine that
     claimed a proof of it is contradicted by the sample check."""
     problem = verifier.build_problem("mqar", N=16, p=10)
-    monkeypatch.setattr(Bounds, "run", lambda self, problem, opts: EngineResult(Status.COMPLETE, problem.task.total, []))
+    monkeypatch.setattr(Bounds, "run", lambda self, problem, opts: EngineResult(Status.COMPLETE, problem.task.total,
+                                                                                []))
     with pytest.raises(InternalError, match=r"the proof of case k=\d+, query=[+-]+ is contradicted by the evaluator"):
         verifier.run(problem, "bounds")

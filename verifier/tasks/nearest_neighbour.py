@@ -352,8 +352,7 @@ class _Arrangements:
         sizes = member.sum(axis=1)
         self.member, self.fixed, self.free = member, np.flatnonzero(sizes == 1), np.flatnonzero(sizes > 1)
         self.given = np.argmax(member[self.fixed], axis=1)
-        self.union = member[self.free].any(axis=0)
-        self.union[self.given] = False
+        self.union = member[self.free].any(axis=0) & (np.bincount(self.given, minlength=member.shape[1]) == 0)
         self.m_max = min(int(self.union.sum()), most - len(self.given))
         self.possible = len(np.unique(self.given)) == len(self.given) and self.m_max >= len(self.free)
 
