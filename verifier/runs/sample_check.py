@@ -12,9 +12,8 @@ members (MQAR: distinct keys, the queries a prefix of a permutation of them; nea
 the margin assumption; of MQAR's sequences at N = 16, 9 in a million are inputs) draws
 them itself instead (`Task.draw_inputs`: uniformly from the inputs in the box, exactly): the
 corners, and as many inputs drawn by the task as the two random kinds would give.  The batched
-evaluator (the
-enumeration engine's path, itself checked against the generic path and the independent reference
-in the tests) decides them against the task's own ground truth, with nothing from the encoding.
+evaluator (the enumeration engine's path, itself checked against the generic path and the
+independent reference in the tests) decides them against the task's own ground truth, with nothing from the encoding.
 A failure is an `InternalError` naming the case: the proof and the evaluator disagree, and no
 verdict may be given.  Members that are not inputs of the task (a margin or distinct-keys filter)
 are skipped.  The draws are seeded: the same run checks the same inputs.
