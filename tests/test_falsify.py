@@ -111,3 +111,18 @@ def test_a_failing_mqar_model_a_stopped_bounds_run_leaves_is_refuted_by_inputs_t
     assert found and tried.from_cases > 0 and tried.failed >= 1
     again = replay(problem, found[0])
     assert again.expected != again.produced
+
+
+@pytest.mark.slow
+def test_a_pass_stopped_early_has_tried_every_source():
+    """Nearest neighbour at N = 32, p = 10: half of the inputs drawn from its cases fail, none of
+    those in the open boxes of a stopped bounds run.  A pass whose deadline passes at its 60th poll
+    takes the sources in turn, so it reaches the cases' draws (the boxes first in line took the whole
+    pass of a 180 s run: 5,616 inputs, none failing)."""
+    problem = build_problem("nearest_neighbour", N=32, p=10)
+    er = Bounds().run(problem, RunOptions(deadline=_AfterPolls(20)))
+    assert er.status == Status.TIMEOUT and not er.found and len(er.open) == 1024
+    tried, found = falsify(problem, er, RunOptions(), _AfterPolls(60))  # in line, the boxes took over 240
+    assert found and tried.from_open > 0 and tried.from_cases > 0
+    again = replay(problem, found[0])
+    assert again.expected != again.produced
