@@ -113,3 +113,11 @@ def test_what_it_declines():
     assert "same for every key" in engine.unsupported(replace(problem, model=model), RunOptions())
     assert "two softmax layers" in engine.unsupported(build_problem("index_lookup", N=4, p=8), RunOptions())
     assert "--start/--stop" in engine.unsupported(problem, RunOptions(start=3))
+
+
+@pytest.mark.parametrize("N,s", [(2, 3), (3, 4)])
+def test_a_shared_g_wider_than_the_input_agrees_with_enumeration(N, s):
+    """A shared-g instance with s > N has features of N bits whose g was drawn for s bits; the
+    answer reads the first 2^N entries, and so must the feature sum (it raised a ValueError from
+    the aggregate engine: no verdict, an internal error)."""
+    _agree(build_problem("sparse_threshold", N=N, s=s, shared_g=True, p=10))
