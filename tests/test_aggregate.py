@@ -6,14 +6,16 @@ tasks' ground truth; a wrong block structure caught; the models it declines."""
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
 from verifier.engines import ENGINES, RunOptions, aggregate, candidates
 from verifier.engines.aggregate import Aggregate
 from verifier.engines.exhaustive import Exhaustive
+from verifier.evaluator import Evaluator
 from verifier.floats import FloatArith, float_format
 from verifier.runs.api import build_problem
 from verifier.support.errors import InternalError
@@ -40,19 +42,27 @@ def test_the_constructions_agree_with_enumeration(task, N, ps):
     assert verdicts == {"proved", "refuted"}  # the p range crosses the frontier: both kinds are compared
 
 
-def _perturbed(problem, rng: np.random.Generator):
+def _perturbed(problem, rng: np.random.Generator, local: bool = False):
     """The construction with noise on every map but the second layer's query (zero: it stays an
-    average), in a random fixed-point format: the first layer local or not, the sums varied."""
+    average), in a random fixed-point format: the first layer local or not, the sums varied.
+    `local`: the first layer's logits (E, P, its queries and keys) and p, f kept, so that it stays
+    local in blocks and the engine adds blocks (a nonlocal first layer is one block: enumeration)."""
     scale = float(rng.choice([0.02, 0.2, 1.0]))
 
     def noise(name: str, w: np.ndarray) -> np.ndarray:
-        if name.startswith("L1.H") and (name.endswith("W_Q") or name.endswith("b_Q")):
+        if name.startswith("L1.H") and name[-3:] in ("W_Q", "b_Q"):
+            return w
+        if local and (name in ("E", "P") or (name.startswith("L0.H") and name[-3:] in ("W_Q", "W_K", "b_Q", "b_K"))):
             return w
         w = np.asarray(w, dtype=np.float64)
         return w + rng.normal(0, scale * (np.abs(w).max(initial=0) + 0.1), size=w.shape) * (rng.random(w.shape) < 0.3)
 
-    p = int(rng.integers(5, 11))
-    arith = FixedPoint(p, int(rng.integers(1, p)), str(rng.choice(ROUNDINGS)), "saturate", str(rng.choice(ACCUMULATES)))
+    if local:
+        p, f = problem.arith.p, problem.arith.f
+    else:
+        p = int(rng.integers(5, 11))
+        f = int(rng.integers(1, p))
+    arith = FixedPoint(p, f, str(rng.choice(ROUNDINGS)), "saturate", str(rng.choice(ACCUMULATES)))
     return replace(problem, model=problem.model.map_arrays(noise), arith=arith)
 
 
@@ -61,6 +71,83 @@ def test_random_models_of_the_shape_agree_with_enumeration(seed):
     rng = np.random.default_rng(seed)
     task, N = [("equality", 6), ("equality", 8), ("disjointness", 6), ("disjointness", 8)][seed % 4]
     _agree(_perturbed(build_problem(task, N=N, p=10), rng))
+
+
+def _reshaped(problem, rng: np.random.Generator):
+    """`_perturbed`, then what the constructions lack: a second layer whose keys are constant (W_K = 0,
+    a random b_K and query) instead of its query, an extra head in either layer, random biases
+    (b_Q, b_K, b_V, b_O), a flipped causal mask, an FFN after the second layer, an argmax readout,
+    and a grid of a step that is not a power of 2."""
+    problem = _perturbed(problem, rng, local=True)
+    model, d = problem.model, problem.model.E.shape[1]
+    layers = list(model.layers)
+    for li, layer in enumerate(layers):
+        head = layer.heads[0]
+        if rng.random() < 0.3:
+            extra = replace(head, W_V=rng.normal(size=head.W_V.shape) * (rng.random(head.W_V.shape) < 0.3))
+            if li == 1:  # the first layer's extra head reads the blocks its first head reads
+                extra = replace(extra, W_Q=rng.normal(size=head.W_Q.shape), W_K=rng.normal(size=head.W_K.shape))
+            W_O = np.concatenate([layer.W_O, rng.normal(size=(d, head.W_V.shape[0]))], axis=1)
+            layer = replace(layer, heads=layer.heads + [extra], W_O=W_O)
+        if rng.random() < 0.3:
+            layer = replace(layer, heads=[replace(h, b_Q=rng.normal(size=h.W_Q.shape[0]) * (li == 1),
+                                                  b_K=rng.normal(size=h.W_K.shape[0]) * (li == 1),
+                                                  b_V=rng.normal(size=h.W_V.shape[0])) for h in layer.heads],
+                            b_O=rng.normal(size=d))
+        if li == 1:  # keys constant, queries random, or queries 0 as in the constructions
+            constant_keys = rng.random() < 0.5
+            layer = replace(layer, heads=[replace(h, W_K=np.zeros_like(h.W_K), b_K=rng.normal(0, 2, h.W_K.shape[0]),
+                                                  W_Q=rng.normal(size=h.W_Q.shape)) if constant_keys else
+                                          replace(h, W_Q=np.zeros_like(h.W_Q), b_Q=None if h.b_Q is None else np.zeros_like(h.b_Q))
+                                          for h in layer.heads])
+            if rng.random() < 0.5:
+                hidden = int(rng.integers(1, 5))
+                layer = replace(layer, W1=rng.normal(size=(hidden, d)) * (rng.random((hidden, d)) < 0.2),
+                                b1=rng.normal(size=hidden), W2=rng.normal(size=(d, hidden)) * (rng.random((d, hidden)) < 0.2),
+                                b2=rng.normal(0, 0.5, d))
+        if rng.random() < 0.3:  # causal first layer: the blocks change
+            layer = replace(layer, causal=not layer.causal)
+        layers[li] = layer
+    readout = model.readout
+    if rng.random() < 0.4:  # the threshold's row w and -w as two classes
+        w, b = readout.W_U[0], float(readout.b_U[0])
+        readout = replace(readout, kind="argmax", W_U=np.stack([-w, w]), b_U=np.array([-b, b]), theta=0.0)
+    arith = problem.arith
+    if rng.random() < 0.5:  # as fine as the fixed-point format, as wide
+        step = Fraction(1, int(rng.choice([3, 5, 6])) << max(arith.f - 2, 0))
+        arith = Grid.symmetric(step, step * (arith.hi + 1), arith.rounding, "saturate", arith.accumulate)
+    return replace(problem, model=replace(model, layers=layers, readout=readout), arith=arith)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_reshaped_models_share_every_output_with_a_witness(seed, monkeypatch):
+    """Beyond the smallest margin: the (readout scores, answer) pairs of the inputs the engine
+    evaluates are those of every input (each input has the output and answer of one of them, and
+    they are inputs)."""
+    rng = np.random.default_rng(1000 + seed)
+    task, N, options = [("equality", 8, {"p": 10}), ("disjointness", 8, {"p": 12}),
+                        ("sparse_threshold", 8, {"p": 10, "s": 2, "instance_seed": (1, 6)[seed % 2]})][seed % 3]
+    problem = _reshaped(build_problem(task, N=N, **options), rng)
+    seen: set[tuple] = set()  # (scores, answer) of the inputs the engine evaluates
+    judge = Evaluator.judge
+
+    def spy(ev, out, expected):
+        judged = judge(ev, out, expected)
+        seen.update(_pairs(out, expected))
+        return judged
+
+    with monkeypatch.context() as m:
+        m.setattr(Evaluator, "judge", spy)
+        assert Aggregate().run(problem, ALL).stats["blocks"] > 1  # the engine adds blocks
+    _agree(problem)
+    t = problem.task
+    tokens = np.array([t.decode(i) for i in range(t.total)])
+    ev = Evaluator(problem.model, problem.arith)
+    assert seen == _pairs(ev.forward(tokens), t.evaluate(tokens)[0])
+
+
+def _pairs(out, expected: np.ndarray) -> set[tuple]:
+    return {(tuple(y), int(e)) for y, e in zip(out.scores.tolist(), expected.tolist())}
 
 
 @pytest.mark.parametrize("task,N,options", [("equality", 10, {}), ("disjointness", 10, {}),
