@@ -96,15 +96,17 @@ def _reshaped(problem, rng: np.random.Generator):
                             b_O=rng.normal(size=d))
         if li == 1:  # keys constant, queries random, or queries 0 as in the constructions
             constant_keys = rng.random() < 0.5
-            layer = replace(layer, heads=[replace(h, W_K=np.zeros_like(h.W_K), b_K=rng.normal(0, 2, h.W_K.shape[0]),
-                                                  W_Q=rng.normal(size=h.W_Q.shape)) if constant_keys else
-                                          replace(h, W_Q=np.zeros_like(h.W_Q), b_Q=None if h.b_Q is None else np.zeros_like(h.b_Q))
-                                          for h in layer.heads])
+            def averaging(h, constant_keys=constant_keys):
+                if constant_keys:
+                    return replace(h, W_K=np.zeros_like(h.W_K), b_K=rng.normal(0, 2, h.W_K.shape[0]),
+                                   W_Q=rng.normal(size=h.W_Q.shape))
+                return replace(h, W_Q=np.zeros_like(h.W_Q), b_Q=None if h.b_Q is None else np.zeros_like(h.b_Q))
+            layer = replace(layer, heads=[averaging(h) for h in layer.heads])
             if rng.random() < 0.5:
                 hidden = int(rng.integers(1, 5))
                 layer = replace(layer, W1=rng.normal(size=(hidden, d)) * (rng.random((hidden, d)) < 0.2),
-                                b1=rng.normal(size=hidden), W2=rng.normal(size=(d, hidden)) * (rng.random((d, hidden)) < 0.2),
-                                b2=rng.normal(0, 0.5, d))
+                                b1=rng.normal(size=hidden), b2=rng.normal(0, 0.5, d),
+                                W2=rng.normal(size=(d, hidden)) * (rng.random((d, hidden)) < 0.2))
         if rng.random() < 0.3:  # causal first layer: the blocks change
             layer = replace(layer, causal=not layer.causal)
         layers[li] = layer

@@ -124,7 +124,9 @@ def random_instance(N: int, s: int, seed: int, shared_g: bool) -> Instance:
     features = []
     for m in sizes:
         I = tuple(sorted(int(i) + 1 for i in rng.choice(N, size=min(m, N), replace=False)))
-        g = g_shared if shared_g and I else (rng.integers(0, 2, size=1 << len(I)) if I else np.zeros(1, np.int64))
+        # a feature narrower than s (s > N) reads the first 2^|I| entries of the shared g: its truth table
+        g = g_shared[:1 << len(I)] if shared_g and I else \
+            (rng.integers(0, 2, size=1 << len(I)) if I else np.zeros(1, np.int64))
         features.append((I, np.asarray(g, dtype=np.int64)))
     b = int(rng.integers(0, max(1, N // 2)))
     return Instance(features, b, f"seed {seed}" + (", shared g" if shared_g else ""))
