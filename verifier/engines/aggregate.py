@@ -26,7 +26,8 @@ token assignments and adds the blocks one after another, keeping the reachable s
 sum of features, assignment of the readout's block) and one input that reaches each (a dynamic
 program).  The inputs kept for the last states are evaluated on the evaluator: every input of the
 case has the output and the answer of one of them, so all are right iff these are, a failing one is
-a counterexample, and the smallest margin among them is the case's.
+a counterexample, and the smallest margin among them is the case's.  A case with a failure is not
+counted as covered (its other failing inputs are not listed), and the run ends there.
 
 It takes fixed-point codes with overflow = saturate (under error, a saturation in a term that the
 state forgets would still count), softmax layers, a readout at the last position, no model BOS, and
@@ -112,18 +113,17 @@ class Aggregate:
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
                 found, margin, index, blocks, states = _decide(ev, task, case, features, opts)
-                result.found += found
                 if margin is not None and (result.min_margin is None or margin < result.min_margin):
                     result.min_margin, result.tightest = margin, index
-                result.covered += case.count
                 stats["blocks"] = max(stats["blocks"], len(blocks.positions))
                 stats["largest_block"] = max([stats["largest_block"]] + [len(p) for p in blocks.positions])
                 stats["states"] += states
-                if len(result.found) >= opts.max_counterexamples:
+                if found:  # the case's other failures are not listed: it is not covered, and the run ends
+                    result.found = sorted(found, key=lambda f: f.index)[:opts.max_counterexamples]
                     break
+                result.covered += case.count
         except TimedOut:
             result.status = Status.TIMEOUT
-        result.found = sorted(result.found, key=lambda f: f.index)[:opts.max_counterexamples]
         result.stats = {**stats, "seconds": round(time.monotonic() - t0, 3)}
         return result
 
