@@ -61,9 +61,10 @@ SPECS = [
     Spec("frontier-composition-L2", "composition, L = 2", "composition", 2, 8, 120, {"depth": 2}),
     Spec("frontier-composition-L3", "composition, L = 3", "composition", 2, 8, 60, {"depth": 3}),
     Spec("frontier-composition-L4", "composition, L = 4", "composition", 2, 8, 60, {"depth": 4}),
-    Spec("width-mqar", "MQAR, width of T", "mqar", 2, WIDTH_P, None, widths=True),
+    # the bounds engine, not auto's enumeration: at N = 8 enumerating took 36 s a width, the engine 0.2 s
+    Spec("width-mqar", "MQAR, width of T", "mqar", 2, WIDTH_P, None, {"engine": "bounds"}, widths=True),
     Spec("width-nearest-neighbour", "nearest neighbour, width of T", "nearest_neighbour", 2, WIDTH_P, None,
-         widths=True),
+         {"engine": "bounds"}, widths=True),
 ]
 
 
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         fr = run(spec, args.timeout, args.budget_scale, max_N, cache)
         made = {"command": "python3 -m tools.frontiers", "timeout": args.timeout,
                 "budget": None if spec.budget is None else spec.budget * args.budget_scale, "max_N": max_N,
-                "engine": "auto",
+                "engine": spec.options.get("engine", "auto"),
                 "seconds": round(time.monotonic() - t0, 1)}
         (ROOT / path(spec)).write_text(json.dumps({**fr.to_json(), "made_by": made}, indent=2) + "\n")
         reached = [r.N for r in fr.rows if r.p_star is not None]
