@@ -1,11 +1,14 @@
-"""The bounds engine through two layers, from one run.  Run by hand:
-python benchmarks/bench_two_layer.py [--budget 60] [--tasks mqar,nearest_neighbour]
+"""The engines for two layers (bounds, aggregate), from one run.  Run by hand:
+python benchmarks/bench_two_layer.py [--budget 60] [--largest 1024] [--tasks mqar,equality]
 
 For each two-layer construction (induction heads, sigma = 3, designed, FX(24, 4): p fixed for every N,
 since the previous-token head's quadratic score needs 4 (N - 1)^2 below 2^19 at N = 256; MQAR and
-nearest neighbour at p = 16, f = 8, where they are proved up to N = 64), N doubling from 4:
+nearest neighbour at p = 16, f = 8, where they are proved up to N = 64, by the bounds engine;
+equality and disjointness by the aggregate engine at their frontier's p*(N) = 2 log2 N and
+2 log2 N + 4, f = p/2: with more fraction bits a far key's weight no longer rounds to 0, the first
+layer reads every position, and the engine refuses), N doubling from 4:
 
-* the bounds engine's seconds (engine seconds: the problem's construction, the replay and the sample
+* the new engine's seconds (engine seconds: the problem's construction, the replay and the sample
   check are left out), or why it refuses the problem;
 * today's best engine (enumeration, or the SMT engine where it is faster) up to the largest N it
   decides within the budget, and the ratio of the two where both decide;
@@ -24,14 +27,16 @@ from verifier.engines import ENGINES, RunOptions
 from verifier.support.budget import Deadline
 from verifier.verdicts import Status
 
-CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3)), ("mqar", dict(p=16)),
-                 ("nearest_neighbour", dict(p=16))]
+CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3), "bounds"), ("mqar", dict(p=16), "bounds"),
+                 ("nearest_neighbour", dict(p=16), "bounds"),
+                 ("equality", dict(p=lambda N: 2 * int(math.log2(N))), "aggregate"),
+                 ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate")]
 
 
 def engine_run(name: str, problem, budget: float) -> tuple[str, float]:
     """(proved / refuted / unknown / refused: why, engine seconds) of one engine on a problem."""
     engine = ENGINES[name]
-    opts = RunOptions(deadline=Deadline(budget), workers=1)
+    opts = RunOptions(deadline=Deadline(budget), workers=1, solver="auto")  # the SMT engine's best solver
     why = engine.unsupported(problem, opts)
     if why is not None:
         return f"refused: {why}", 0.0
@@ -50,22 +55,23 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--largest", type=int, default=256)
-    ap.add_argument("--tasks", default=",".join(t for t, _ in CONSTRUCTIONS), help="comma-separated")
+    ap.add_argument("--tasks", default=",".join(t for t, _, _ in CONSTRUCTIONS), help="comma-separated")
     args = ap.parse_args()
-    for task, kw in CONSTRUCTIONS:
+    for task, kw, new in CONSTRUCTIONS:
         if task not in args.tasks.split(","):
             continue
-        print(f"{task} ({', '.join(f'{k}={v}' for k, v in kw.items())}), engine seconds, budget {args.budget:.0f} s")
+        fixed = ", ".join(f"{k}={v}" for k, v in kw.items() if not callable(v)) or "p by N"
+        print(f"{task} ({fixed}), engine seconds, budget {args.budget:.0f} s")
         proved: list[tuple[int, float]] = []
         baseline_on = True
         N = 4
         while N <= args.largest:
-            problem = verifier.build_problem(task, N=N, **kw)
-            if proved and proved[-1][0] != N // 2:  # the bounds engine stopped proving: only today's go on
+            problem = verifier.build_problem(task, N=N, **{k: v(N) if callable(v) else v for k, v in kw.items()})
+            if proved and proved[-1][0] != N // 2:  # the new engine stopped proving: only today's go on
                 vb, tb = "not run", 0.0
             else:
-                vb, tb = engine_run("bounds", problem, args.budget)
-            line = f"  N={N:<4} bounds {vb if vb.startswith('refused') else f'{vb:<8} {tb:7.2f} s'}"
+                vb, tb = engine_run(new, problem, args.budget)
+            line = f"  N={N:<4} {new} {vb if vb.startswith('refused') else f'{vb:<8} {tb:7.2f} s'}"
             if baseline_on:
                 runs = [(name,) + engine_run(name, problem, args.budget) for name in ("exhaustive", "smt")]
                 decided = [r for r in runs if r[1] in ("proved", "refuted")]
@@ -89,7 +95,7 @@ def main() -> None:
             if len(proved) >= 2:
                 (n1, t1), (n2, t2) = proved[-2:]
                 growth = f"; growth over N={n1}..{n2}: log2(t2/t1) = {math.log2(t2 / t1):.2f}"
-            print(f"  largest N proved by bounds within {args.budget:.0f} s: {big}{growth}")
+            print(f"  largest N proved by {new} within {args.budget:.0f} s: {big}{growth}")
 
 
 if __name__ == "__main__":

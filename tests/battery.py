@@ -54,7 +54,7 @@ from verifier.floats import FLOAT_ROUNDINGS, NAMED, FloatArith, float_format
 from verifier.model import Readout, Recurrent
 from verifier.smt.encoding import encode
 from verifier.smt.floats import TableTooLarge
-from verifier.support.budget import Deadline
+from verifier.support.budget import Deadline, fresh_z3_context
 from verifier.tasks import DatasetTask, ReferenceTask, make_task
 from verifier.tasks.base import NO_ANSWER
 from verifier.tasks.bos import WithBos
@@ -346,6 +346,7 @@ def _encoding_agrees(problem: Problem, failing: set) -> str:
     if problem.task.cases is None or Smt().unsupported(problem, RunOptions()) is not None:  # a list of examples,
         return "n/a"  # or a float recipe the encoding refuses: only enumeration can decide it
     ev = make_evaluator(problem.model, problem.arith)
+    fresh_z3_context()  # as an SMT run does: a context an earlier SIGTERM interrupted simplifies nothing
     status = "agree"
     for case in problem.task.cases():
         try:

@@ -293,20 +293,24 @@ class Fixed:
     def _dot(self, a: np.ndarray, b: np.ndarray, bias: Optional[np.ndarray], ctx: Ctx, name: str,
              present: Optional[np.ndarray] = None) -> np.ndarray:
         """sum over the last axis of a * b, by the accumulate rule, plus bias, saturated."""
-        prod = a * b
+        s = self.terms(a * b, ctx, name, None if present is None else present[..., None]).sum(-1)
         if self.accumulate == "product":
-            # every product is an intermediate on the grid: R rounds and saturates it
-            terms = self.sat(self.rescale(prod), ctx, f"{name}.product",
-                             None if present is None else present[..., None])
-            s = terms.sum(-1)
             if bias is not None:
                 s = s + bias
         else:  # R(step (sum of products) + bias) = R((num sum + den bias) / den)
-            s = self.scale_num(prod.sum(-1))
             if bias is not None:
                 s = s + self.times_den(bias)
             s = self.round_den(s)
         return self.sat(s, ctx, name, present)
+
+    def terms(self, prod: np.ndarray, ctx: Ctx, name: str, present: Optional[np.ndarray] = None) -> np.ndarray:
+        """The summands of a dot product whose products of codes are `prod`: an exact sum of them,
+        whatever its order, is what `_dot` rounds and saturates (with `accumulate = product` each
+        product is an intermediate on the grid, rounded and saturated; with `wide`, the exact
+        product's numerator over the grid's step)."""
+        if self.accumulate == "product":
+            return self.sat(self.rescale(prod), ctx, f"{name}.product", present)
+        return self.scale_num(prod)
 
     def lin(self, W: np.ndarray, x: np.ndarray, b: Optional[np.ndarray], ctx: Ctx, name: str) -> np.ndarray:
         """y = W x + b by the linear rule; W (out, in), x (..., in) -> (..., out)."""

@@ -461,15 +461,20 @@ class Evaluator(_Reader):
         return np.concatenate(outs), np.concatenate(hits)
 
     # -- the forward pass ---------------------------------------------------------------------
-    def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False) -> Outputs:
-        """Evaluate a batch (B, L) of token ids, all of one length L <= max_len."""
+    def forward(self, tokens: np.ndarray, rec: Recorder = None, locate: bool = False,
+                first: Optional[np.ndarray] = None) -> Outputs:
+        """Evaluate a batch (B, L) of token ids, all of one length L <= max_len.  `first`, when
+        given, is the first layer's output (B, L, d) on these tokens, and the later layers run on it
+        (the first layer's saturations are then not counted: for overflow = saturate)."""
         q, arith = self.q, self.arith
         tokens, sats = self._start(tokens, locate, q.P_mask)
         B, L = tokens.shape
         positions = np.arange(L)
         every = q.readout.positions == "all"
-        X = None  # residual stream at every position that later layers read
+        X = first  # residual stream at every position that later layers read
         for li, layer in enumerate(q.layers):
+            if li == 0 and first is not None:
+                continue
             final = li == len(q.layers) - 1
             qpos = positions[-1:] if final and not every else positions
             mask = (qpos[:, None] >= positions[None, :]) if layer.causal else None

@@ -182,6 +182,9 @@ class Result:
                          f"<= {st['max_depth']}, {st['leaves']:,} small boxes split into their "
                          f"{st['leaf_inputs']:,} inputs"
                          + certified)
+        if "blocks" in st:
+            lines.append(f"  aggregate   {st['blocks']:,} blocks of at most {st['largest_block']} positions; "
+                         f"{st['states']:,} states of the sums, an input of each evaluated")
         if "reachable_pairs" in st:
             closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"
                       if st["every_length"] else f"explored to length {st['lengths_explored']}")

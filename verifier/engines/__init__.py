@@ -10,6 +10,7 @@ from ..result import count_text
 from ..support.budget import TimedOut, TooLarge
 from ..support.errors import InputError
 from ..verdicts import Status
+from .aggregate import Aggregate
 from .base import Engine, EngineResult, Found, Problem, RunOptions, Tick
 from .bounds import Bounds
 from .cost import enumeration_seconds
@@ -18,7 +19,7 @@ from .reach import Reach
 from .smt import Smt
 
 ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt(), "smt-bv": Smt("bv"), "smt-int": Smt("int"),
-                              "reach": Reach(), "bounds": Bounds()}
+                              "reach": Reach(), "bounds": Bounds(), "aggregate": Aggregate()}
 AUTO_ENUMERATE_SECONDS = 120.0  # auto enumerates below this estimate: its cost is known, a solver's is not
 
 
@@ -29,9 +30,10 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     engine when every case says which position holds the answer (index lookup, in-context QA: the
     answer is then known on a box, and the branching stays small), or the task splits its cases
     so (`answer_cases`: MQAR, nearest neighbour), or a readout at every position
-    has cases of the last position that do (induction heads); the SMT engine; and enumeration
-    as the last resort.  An engine that cannot decide the problem is left out; InputError when
-    none can."""
+    has cases of the last position that do (induction heads); the aggregate engine when the task's
+    answer is a sum of features (equality, disjointness: it declines a model it does not fit); the
+    SMT engine; and enumeration as the last resort.  An engine that cannot decide the problem is
+    left out; InputError when none can."""
     seconds = enumeration_seconds(problem, opts)
     estimate = (f"enumerating {count_text(opts.size(problem.task.total))} inputs "
                 + (f"would take about {seconds:.2g} s" if math.isfinite(seconds) else "is out of reach"))
@@ -47,6 +49,8 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     elif getattr(type(problem.task), "last_position_cases", None) is not None and \
             getattr(problem.model.readout, "positions", "last") == "all":
         order.append(("bounds", estimate + "; the cases of the last position say which position holds the answer"))
+    if getattr(problem.task, "feature_sum", None) is not None:
+        order.append(("aggregate", estimate + "; the answer is a sum of features of blocks the first layer reads"))
     order += [("smt", estimate), ("exhaustive", estimate)]
     chosen: list[tuple[Engine, str]] = []
     reasons: list[str] = []

@@ -78,6 +78,7 @@ from ..support.budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_me
 from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import Task, case_splits
+from ..tasks.product import product_rows
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick
 from .cost import products
@@ -613,7 +614,7 @@ class _Run:
         this reads the positions before (the start token's, the same in every input of a causal
         model whose first position holds one token)."""
         case = next(iter(case_splits(self.task)))
-        grid = np.array(np.meshgrid(*case.domains, indexing="ij")).reshape(len(case.domains), -1).T
+        grid = product_rows(case.domains)
         found: list = []
         self._evaluate(grid, np.zeros(len(grid), dtype=np.int64), found, must_fail=False)
         return [f for _, f in found]
@@ -1315,7 +1316,7 @@ class _Run:
         members, case_of = [], []
         for b in range(len(boxes)):
             lists = self._tokens(boxes.dom[b])
-            grid = np.array(np.meshgrid(*lists, indexing="ij")).reshape(len(lists), -1).T
+            grid = product_rows(lists)
             members.append(grid)
             case_of.append(np.full(len(grid), boxes.case[b]))
         return np.concatenate(members), np.concatenate(case_of)

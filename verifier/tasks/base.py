@@ -98,6 +98,18 @@ class Case:
         return len(self.domains)
 
 
+@dataclass
+class FeatureSum:
+    """The answer as a function of a sum of features, each a table over the tokens of a few
+    positions: answer(base + sum_n table_n[tokens at positions_n]) on every input (equality counts
+    the unequal pairs, a sparse threshold compares its features' sum with b).  What the aggregate
+    engine needs to know the answer from the blocks of positions a model reads together."""
+
+    features: list[tuple[tuple[int, ...], np.ndarray]]  # (sequence positions, table indexed by their tokens)
+    answer: Callable[[np.ndarray], np.ndarray]  # sums -> answers
+    base: int = 0
+
+
 def case_splits(task: Task) -> Iterator[Case]:
     """The task's case splits, for an engine whose `unsupported` refused a task without them."""
     if task.cases is None:

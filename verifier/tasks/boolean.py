@@ -22,7 +22,7 @@ import numpy as np
 from ..support.errors import InputError
 from ..support.schema import load_json_file
 from ..support.sizes import Cost
-from .base import TaskOption
+from .base import FeatureSum, TaskOption
 from .product import ProductTask
 
 BITS = np.array([0, 1])
@@ -80,6 +80,11 @@ class Equality(_BooleanTask):
     def case_truth(self, c):
         h = self.N // 2
         return lambda S: S.as_int(S.all([S.eq(S.token(i), S.token(i + h)) for i in range(h)]))
+
+    def feature_sum(self) -> FeatureSum:
+        """EQ = 1 iff no pair (x_i, x_i+N/2) differs."""
+        h, differ = self.N // 2, np.array([[0, 1], [1, 0]])
+        return FeatureSum([((i, i + h), differ) for i in range(h)], lambda total: (total == 0).astype(np.int64))
 
 
 @dataclass
@@ -227,6 +232,14 @@ class SparseThreshold(_BooleanTask):
                      for I, g in self.inst.features]
             return S.as_int(S.gt(S.total(feats), S.const(bound)))
         return truth
+
+    def feature_sum(self) -> FeatureSum:
+        """Th_b: the features on their bits' positions (tokens 0 and 1 are the bits); g of the empty
+        set is a constant."""
+        features = [(tuple(self.bit_position(i) for i in I), g.reshape((2,) * len(I))) for I, g in self.inst.features]
+        base = sum(int(g) for I, g in features if not I)
+        return FeatureSum([(I, g) for I, g in features if I], lambda total: (total > self.inst.b).astype(np.int64),
+                          base)
 
 
 @dataclass

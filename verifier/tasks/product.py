@@ -25,6 +25,18 @@ from .base import Batch, Case, Vocabulary
 _INT64_LIMIT = 1 << 62
 
 
+def product_rows(lists: Sequence[np.ndarray]) -> np.ndarray:
+    """Every member of the product of token lists, a row each, the last list varying fastest (the
+    order of np.meshgrid, which takes at most 32 lists)."""
+    sizes = [len(x) for x in lists]
+    out = np.empty((math.prod(sizes), len(lists)), dtype=np.int64)
+    index = np.arange(len(out))
+    for j in range(len(lists) - 1, -1, -1):
+        index, digit = np.divmod(index, sizes[j])
+        out[:, j] = np.asarray(lists[j])[digit]
+    return out
+
+
 def product_size(doms) -> int:
     """The number of elements of a product of domains (a power per domain size, not a product of
     N growing integers)."""
