@@ -1,5 +1,6 @@
 """The engines for two layers (bounds, aggregate), from one run.  Run by hand:
 python benchmarks/bench_two_layer.py [--budget 60] [--largest 1024] [--tasks mqar,equality]
+python benchmarks/bench_two_layer.py --below [--budget 180]
 
 For each two-layer construction (induction heads, sigma = 3, designed, FX(24, 4): p fixed for every N,
 since the previous-token head's quadratic score needs 4 (N - 1)^2 below 2^19 at N = 256; MQAR and
@@ -14,6 +15,11 @@ layer reads every position, and the engine refuses), N doubling from 4:
   decides within the budget, and the ratio of the two where both decide;
 * the largest N proved within the budget, and the growth exponent log(t2 / t1) / log 2 over the last
   doubling.
+
+`--below`: the precision frontier's hard runs for MQAR and nearest neighbour, one bounds run each
+(verdict and engine seconds): at N = 32 and 64 just below the precision they are proved at (the
+model fails there, on inputs the engine must reach), at that precision at N = 64 (MQAR p = 15,
+nearest neighbour p = 11), and at p = 16.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3), "bounds"), ("mqar
                  ("nearest_neighbour", dict(p=16), "bounds"),
                  ("equality", dict(p=lambda N: 2 * int(math.log2(N))), "aggregate"),
                  ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate")]
+BELOW = [("mqar", 32, 12), ("mqar", 64, 13), ("mqar", 64, 14), ("mqar", 64, 15), ("mqar", 64, 16),
+         ("nearest_neighbour", 32, 10), ("nearest_neighbour", 64, 10), ("nearest_neighbour", 64, 11),
+         ("nearest_neighbour", 64, 16)]
 
 
 def engine_run(name: str, problem, budget: float) -> tuple[str, float]:
@@ -56,7 +65,14 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--largest", type=int, default=256)
     ap.add_argument("--tasks", default=",".join(t for t, _, _ in CONSTRUCTIONS), help="comma-separated")
+    ap.add_argument("--below", action="store_true", help="the runs just below p* (BELOW), then stop")
     args = ap.parse_args()
+    if args.below:
+        print(f"bounds engine, engine seconds, budget {args.budget:.0f} s a run")
+        for task, N, p in BELOW:
+            verdict, seconds = engine_run("bounds", verifier.build_problem(task, N=N, p=p), args.budget)
+            print(f"  {task:<18} N={N:<3} p={p:<3} {verdict:<8} {seconds:7.2f} s", flush=True)
+        return
     for task, kw, new in CONSTRUCTIONS:
         if task not in args.tasks.split(","):
             continue

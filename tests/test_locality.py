@@ -343,3 +343,68 @@ def test_g2_constructions_are_proved_by_the_bounds_engine_and_auto_takes_it(task
     result = verifier.run(problem, "auto")
     assert result.verdict == "proved" and result.engine.startswith("bounds")
 
+
+
+@pytest.mark.parametrize("task,p", [("mqar", 11), ("nearest_neighbour", 10)])
+def test_g2_constructions_just_below_p_star_are_refuted_without_descending(task, p):
+    """At N = 16 just below the precision they are proved at, both fail: MQAR on about half of its
+    inputs, inside boxes of which almost every member repeats a key (not an input); nearest
+    neighbour on the first member of its first box.  Probing two members of each box (its first,
+    and one whose tokens are spread) finds the failure at the first branching (its probes are decided
+    with the children), where the descent took 7 branchings and 284,544 leaf inputs (nearest
+    neighbour), or did not end within 60 s (MQAR); every failure is an input the evaluator fails."""
+    problem = verifier.build_problem(task, N=16, p=p)
+    got = Bounds().run(problem, RunOptions(deadline=Deadline(30)))
+    assert got.found and got.stats["max_depth"] <= 1, got.stats
+    ev = Evaluator(problem.model, problem.arith, tables=False)
+    tokens = np.stack([f.tokens for f in got.found])
+    answers, valid = problem.task.evaluate(tokens)
+    assert valid.all() and ev.judge(ev.forward(tokens), answers).failed.all()
+
+
+def test_probes_are_members_of_their_boxes(monkeypatch):
+    """Every probe is a member of its box, in its box's case (a failure is reported for the case it
+    is found in); the spread probe of each of MQAR's case boxes is an input (distinct keys), where
+    their first members are not."""
+    problem = verifier.build_problem("mqar", N=8, p=16)
+    original = bounds._Run._probe_members
+    firsts = []
+
+    def probe_members(self, boxes):
+        members, case_of = original(self, boxes)
+        B = len(boxes)
+        assert (case_of == np.concatenate([boxes.case, boxes.case])).all()
+        for r, m in enumerate(members):
+            dom = boxes.dom[r % B]
+            assert all(t in (self.domains[g] if g >= 0 else [-1 - g]) for t, g in zip(m, dom)), (m, dom)
+        if not firsts:
+            firsts.append(problem.task.evaluate(members)[1].reshape(2, B))
+        return members, case_of
+
+    monkeypatch.setattr(bounds._Run, "_probe_members", probe_members)
+    monkeypatch.setattr(bounds._Run, "_verdict", lambda self, ylo, yhi, ovf, truth: (
+        np.zeros(len(truth), dtype=np.int64), np.full(len(truth), -np.inf)))  # every box open: probed
+    got = Bounds().run(problem, RunOptions(deadline=Deadline(5)))
+    assert firsts and not got.found
+    first, spread = firsts[0]
+    assert spread.all() and not first.any()
+
+
+@pytest.mark.parametrize("task,p", [("mqar", 11), ("nearest_neighbour", 10), ("nearest_neighbour", 16)])
+def test_ffn_column_bounds_hold_at_every_code(task, p):
+    """The first layer's FFN bounded column by column (`_ffn`, G.2's sigma in residual form), on
+    random boxes of up to 12 codes a column (the rows of one call of different widths): its output
+    at the box's lowest and highest points and at random points lies within the bounds."""
+    problem = verifier.build_problem(task, N=8, p=p)
+    run = bounds._Run(problem, RunOptions(), bounds._Stats())
+    layer, fx = run.q.layers[0], run.fx
+    rng = np.random.default_rng(p)
+    B, d = 64, layer.W1.shape[1]
+    olo = rng.integers(-3 * fx.one_code, 3 * fx.one_code, (B, d))
+    ohi = olo + rng.integers(0, 13, (B, d)) * (rng.random((B, 1)) < 0.5)  # half the rows a point
+    lo, hi = fx.from_ordinal(olo), fx.from_ordinal(ohi)
+    blo, bhi = run._ffn(layer, lo, hi, fx.context((B,)), by_column=True)
+    for x in [lo, hi] + [fx.from_ordinal(olo + (rng.random((B, d)) * (ohi - olo + 1)).astype(np.int64))
+                         for _ in range(8)]:
+        y, y2 = run._ffn(layer, x, x, fx.context((B,)), by_column=False)
+        assert (y == y2).all() and (blo <= y).all() and (y <= bhi).all()

@@ -681,7 +681,8 @@ class _Run:
             boxes, att = boxes.take(open_), att.take(open_)
         if not len(boxes):
             return boxes
-        return self._split(boxes, att, self._branch_position(boxes, att), found)
+        kids, parents = self._split(boxes, att, self._branch_position(boxes, att), found)
+        return _Boxes.concat(self._probes(boxes.take(np.unique(parents)), found), kids)
 
     # -- domains and classes ------------------------------------------------------------------
     def _groups(self, boxes: _Boxes) -> list[tuple[np.ndarray, int]]:
@@ -1106,8 +1107,12 @@ class _Run:
 
         def out(a: np.ndarray, b: np.ndarray, c) -> tuple[np.ndarray, np.ndarray]:
             flo, fhi = self._lin(layer.W1, layer.b1, a, b, c)
-            flo, fhi = self._lin(layer.W2, layer.b2, fx.relu(flo), fx.relu(fhi), c)
-            return (fx.add(a, flo, c, "out"), fx.add(b, fhi, c, "out")) if layer.residual else (flo, fhi)
+            rlo = fx.relu(flo)
+            flo, fhi = self._lin(layer.W2, layer.b2, rlo, rlo if fhi is flo else fx.relu(fhi), c)
+            if not layer.residual:
+                return flo, fhi
+            ylo = fx.add(a, flo, c, "out")
+            return ylo, (ylo if a is b and fhi is flo else fx.add(b, fhi, c, "out"))
 
         ylo, yhi = out(lo, hi, ctx)
         if not by_column:
@@ -1118,11 +1123,16 @@ class _Run:
         use = self._own[id(layer)][None, :] & (ohi - olo < COLUMN_POINTS)
         if not use.any():
             return ylo, yhi
-        clo = chi = out(lo, lo, ctx)[0]
-        for t in range(1, int(np.where(use, ohi - olo, 0).max()) + 1):
-            x = fx.from_ordinal(np.minimum(olo + t, ohi))
-            y = out(x, x, ctx)[0]
-            clo, chi = np.minimum(clo, y), np.maximum(chi, y)
+        clo = out(lo, lo, ctx)[0]
+        chi = clo.copy()
+        span = np.where(use, ohi - olo, 0).max(axis=1)
+        for t in range(1, int(span.max()) + 1):
+            r = np.flatnonzero(span >= t)  # only the rows with a column this wide: most boxes have narrow ones
+            sub = fx.context((len(r),))
+            x = fx.from_ordinal(np.minimum(olo[r] + t, ohi[r]))
+            y = out(x, x, sub)[0]
+            ctx.ovf[r] |= sub.ovf
+            clo[r], chi[r] = np.minimum(clo[r], y), np.maximum(chi[r], y)
         return np.where(use, clo, ylo), np.where(use, chi, yhi)
 
     def _query_embedding(self) -> np.ndarray:
@@ -1138,7 +1148,8 @@ class _Run:
 
     def _lin(self, W: np.ndarray, b, lo: np.ndarray, hi: np.ndarray, ctx) -> tuple[np.ndarray, np.ndarray]:
         """Bounds of the linear rule W x + b for x in [lo, hi]: each product R(w x) is monotone in x,
-        rising for w > 0 and falling for w < 0, so the bounds take x at the matching end."""
+        rising for w > 0 and falling for w < 0, so the bounds take x at the matching end.  A point
+        (lo is hi) is computed once, and its bounds are one array."""
         if id(W) not in self._rows:  # a row of zeros gives its bias exactly: only the others are computed
             live = np.flatnonzero(np.any(W != 0, axis=1))
             self._rows[id(W)] = (live, W[live], None if b is None else b[live])
@@ -1150,6 +1161,9 @@ class _Run:
         up = Wc > 0
         ylo = np.zeros(lo.shape[:-1] + (W.shape[0],), dtype=lo.dtype) if b is None else \
             np.broadcast_to(b, lo.shape[:-1] + (W.shape[0],)).copy()
+        if lo is hi:
+            ylo[..., live] = self.fx.lin_gathered(Wc, xl, bl, ctx, "lin")  # the products broadcast
+            return ylo, ylo
         yhi = ylo.copy()
         ylo[..., live] = self.fx.lin_gathered(Wc, np.where(up, xl, xh), bl, ctx, "lin")
         yhi[..., live] = self.fx.lin_gathered(Wc, np.where(up, xh, xl), bl, ctx, "lin")
@@ -1198,20 +1212,72 @@ class _Run:
 
     def _failing(self, boxes: _Boxes, found: list) -> np.ndarray:
         """Boxes on which every input fails: the first member of the first in each case is a
-        failure (evaluated on the evaluator).  A filtered case's first member may not be an input,
-        so its boxes stay open.  Their new status (-1, or 0 for those that stay open)."""
+        failure (evaluated on the evaluator).  A filtered case's first member may not be an input:
+        the first of its boxes' probes (`_probe_members`) that is one is evaluated instead, and must
+        fail; the boxes of a case with no such probe stay open.  Their new status (-1, or 0)."""
         filtered = self.filtered[boxes.case]
         single = (boxes.dom < 0).all(axis=1)
         bad = np.flatnonzero(~filtered)
         ci = boxes.case[bad]
         first = bad[np.concatenate([[True], ci[1:] != ci[:-1]])] if len(bad) else bad
-        firsts = np.array([d[0] for d in self.domains] + [0], dtype=np.int64)
-        sub = boxes.take(first)
-        members = np.where(sub.dom < 0, -1 - sub.dom, firsts[np.maximum(sub.dom, 0)])
-        self._evaluate(members, sub.case, found, must_fail=True)
+        self._evaluate(self._first_members(boxes.take(first)), boxes.case[first], found, must_fail=True)
         alone = np.flatnonzero(filtered & single)  # one input of a filtered case: is it one, and does it fail?
         self._evaluate(-1 - boxes.dom[alone], boxes.case[alone], found, must_fail=False)
-        return np.where(filtered & ~single, 0, -1)
+        status = np.where(filtered & ~single, 0, -1)
+        wide = np.flatnonzero(filtered & ~single)
+        if len(wide):
+            members, case_of = self._probe_members(boxes.take(wide))
+            valid = np.flatnonzero(self.task.evaluate(members)[1])
+            cases, first = np.unique(case_of[valid], return_index=True)  # one failure a case will do
+            self._evaluate(members[valid[first]], cases, found, must_fail=True)
+            status[wide[np.isin(boxes.case[wide], cases)]] = -1
+        return status
+
+    def _probes(self, boxes: _Boxes, found: list) -> _Boxes:
+        """Boxes of one input each, decided in the next round before the children: a member of each
+        box that has children bounded anew (the children decided from their parent's sums need no
+        probe), its first if that is an input, else its spread one (`_probe_members`).  A failing
+        input inside a box whose bounds straddle 0 is so found at once rather than after the descent
+        to its leaf (nearest neighbour at N = 32, p = 10: the first member of the first box fails).
+        One input's bounds are exact, so a probe costs a child's bounding, not an evaluation (the
+        evaluator's generic path takes 25 ms an input at N = 64); a failing one is evaluated
+        (`_failing`).  Only the cases before the first failing one are probed: a later case's
+        failure would not be reported."""
+        if found:
+            boxes = boxes.take(np.flatnonzero(boxes.case < min(c for c, _ in found)))
+        if not len(boxes):
+            return boxes
+        members, case_of = self._probe_members(boxes)
+        B = len(boxes)
+        valid = self.task.evaluate(members)[1] if len(members) else np.zeros(0, dtype=bool)
+        pick = np.where(valid[:B], np.arange(B), B + np.arange(B))[np.flatnonzero(valid[:B] | valid[B:])]
+        pick = pick[np.sort(np.unique(members[pick], axis=0, return_index=True)[1])] if len(pick) else pick
+        return _Boxes(-1 - members[pick], case_of[pick], boxes.depth[pick % B],  # no branching: its depth
+                      np.full(len(pick), -1, dtype=np.int64))
+
+    def _first_members(self, boxes: _Boxes) -> np.ndarray:
+        """(B, L) each box's first member: every position's first token."""
+        firsts = np.array([d[0] for d in self.domains] + [0], dtype=np.int64)
+        return np.where(boxes.dom < 0, -1 - boxes.dom, firsts[np.maximum(boxes.dom, 0)])
+
+    def _probe_members(self, boxes: _Boxes) -> tuple[np.ndarray, np.ndarray]:
+        """(2B, L) two members of each box, and the case of each: its first member, and a spread
+        one, in which each position holds the token of its domain used least at the positions
+        before it (the first on ties): its tokens are distinct where the domains allow, so it is
+        an input of a task that wants distinct tokens (MQAR's keys) where the first member is not."""
+        B = len(boxes)
+        spread = np.empty_like(boxes.dom)
+        uses = np.zeros((B, int(max([d.max() for d in self.domains] + [(-1 - boxes.dom).max()])) + 1), dtype=np.int64)
+        rows = np.arange(B)
+        for j in range(self.L):
+            col = boxes.dom[:, j]
+            spread[:, j] = np.where(col < 0, -1 - col, 0)
+            for g in np.unique(col[col >= 0]):
+                r = np.flatnonzero(col == g)
+                tokens = self.domains[g]
+                spread[r, j] = tokens[np.argmin(uses[r][:, tokens], axis=1)]
+            uses[rows, spread[:, j]] += 1
+        return np.concatenate([self._first_members(boxes), spread]), np.concatenate([boxes.case, boxes.case])
 
     # -- branching ----------------------------------------------------------------------------
     def _branch_position(self, boxes: _Boxes, att: _Attention) -> np.ndarray:
@@ -1237,8 +1303,9 @@ class _Run:
         j[todo] = np.where(free, score, -1.0).argmax(axis=1)
         return j
 
-    def _split(self, boxes: _Boxes, att: _Attention, j: np.ndarray, found: list) -> _Boxes:
-        """The children of every box at its position j, one per token, that stay open.
+    def _split(self, boxes: _Boxes, att: _Attention, j: np.ndarray, found: list) -> tuple[_Boxes, np.ndarray]:
+        """The children of every box at its position j, one per token, that stay open, and the row of
+        each one's parent.
 
         Where position j's logit bounds are one value in every head, splitting j changes no weight
         bound: a child is its parent's sums with position j's term replaced by its token's, so the
@@ -1258,7 +1325,7 @@ class _Run:
         if len(by_table):
             status = self._children_by_table(boxes, att, j, parent[by_table], tokens[by_table], found)
             open_ = np.sort(np.concatenate([open_, by_table[status == 0]]))
-        return _children(boxes, parent[open_], j, tokens[open_])
+        return _children(boxes, parent[open_], j, tokens[open_]), parent[open_]
 
     def _children_by_table(self, boxes: _Boxes, att: _Attention, j: np.ndarray, parent: np.ndarray,
                            tokens: np.ndarray, found: list) -> np.ndarray:

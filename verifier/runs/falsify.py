@@ -1,16 +1,19 @@
 """The falsification pass before an unknown: an engine that stops without a verdict (its time limit
 ran out, a solver answered unknown) may still leave a failure that a few evaluations find.
 
-Before `verifier.runs.api` answers unknown, it evaluates on the batched evaluator, in this order:
+Before `verifier.runs.api` answers unknown, it evaluates on the batched evaluator, a batch of each
+in turn (BATCH_ROWS rows; a source that runs out leaves the turn to the others):
 
 * members of the boxes the engine left open (`EngineResult.open`: the bounds engine's undecided
-  boxes, whose members are inputs of the task): the corners and OPEN_RANDOM random members of
-  each;
+  boxes, which hold the inputs it had not decided): the corners and OPEN_RANDOM random members of
+  each, or for a task that draws its inputs (`Task.draw_inputs`: MQAR, nearest neighbour, whose
+  boxes hold few inputs among many sequences that are not), the corners and OPEN_RANDOM inputs
+  drawn uniformly from those in the box;
 * UNIFORM inputs drawn uniformly from those of the range the engine did not cover (most of
   them of the longest lengths, which hold most inputs);
 * over the whole enumeration, the sample of the task's cases that checks a symbolic proof
   (`sample_check.CaseSample`: corners, random members and random indices of every case, the
-  short and rare ones too).
+  short and rare ones too; inputs drawn by the task instead of the random ones where it draws them).
 
 A failing input is replayed on the generic path like every engine's counterexample
 (`api.replay`), and the verdict is then REFUTED.  Nothing is proved this way: with no failure the
@@ -96,17 +99,32 @@ def falsify(problem: Problem, er: EngineResult, opts: RunOptions,
 
 
 def _draws(problem: Problem, boxes: list, start: int, stop: int, whole: bool) -> Iterator[tuple[str, np.ndarray]]:
-    """(source, tokens of one length) in the order they are tried, each drawn when its turn comes
-    (decoding an index is slow at large N: 2 ms for induction heads at N = 256)."""
+    """(source, tokens of one length) in the order they are tried: a batch of each source in turn,
+    so that a pass the deadline stops has tried each (the open boxes of nearest neighbour at N = 32,
+    p = 10, first in line, took the whole pass while half of the inputs its cases draw fail); each
+    drawn when its turn comes (decoding an index is slow at large N: 2 ms for induction heads at
+    N = 256)."""
     task = problem.task
     rng = np.random.default_rng(SEED)
-    yield from _by_length("open", (box_sample(box, rng, OPEN_RANDOM) for box in boxes))
+    sources = [_by_length("open", (box_sample(box, rng, OPEN_RANDOM, task) for box in boxes))]
     if stop > start:
-        pick = random.Random(SEED)  # indices beyond int64 (sigma^N) are drawn exactly
-        draws = sorted({pick.randrange(start, stop) for _ in range(min(UNIFORM, stop - start))})
-        yield from _by_length("uniform", (task.decode(i)[None, :] for i in draws))
+        sources.append(_by_length("uniform", (task.decode(i)[None, :] for i in _uniform(start, stop))))
     if whole and task.cases is not None:
-        yield from (("cases", tokens) for _, tokens in CaseSample(problem, SEED).batches(BATCH_ROWS))
+        sources.append(("cases", tokens) for _, tokens in CaseSample(problem, SEED).batches(BATCH_ROWS))
+    while sources:
+        for source in list(sources):
+            batch = next(source, None)
+            if batch is None:
+                sources.remove(source)
+            else:
+                yield batch
+
+
+def _uniform(start: int, stop: int) -> Iterator[int]:
+    """UNIFORM indices drawn from start..stop-1, in order (indices beyond int64, sigma^N, drawn
+    exactly)."""
+    pick = random.Random(SEED)
+    yield from sorted({pick.randrange(start, stop) for _ in range(min(UNIFORM, stop - start))})
 
 
 def _by_length(source: str, rows: Iterator[np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:

@@ -7,12 +7,16 @@ allows, at least `MIN_CASES`):
 the corners of the case's box of token domains (every position at its smallest token, at its
 largest, and the two alternations of the two), random members of the box, and inputs at random
 enumeration indices of the case (decoded by the task: members of a dataset with constraints,
-which random members of the box rarely are).  The batched evaluator (the
-enumeration engine's path, itself checked against the generic path and the independent reference
-in the tests) decides them against the task's own ground truth, with nothing from the encoding.
+which random members of the box rarely are).  A task whose inputs are rare among its boxes'
+members (MQAR: distinct keys, the queries a prefix of a permutation of them; nearest neighbour:
+the margin assumption; of MQAR's sequences at N = 16, 9 in a million are inputs) draws
+them itself instead (`Task.draw_inputs`: uniformly from the inputs in the box, exactly): the
+corners, and as many inputs drawn by the task as the two random kinds would give.  The batched
+evaluator (the enumeration engine's path, itself checked against the generic path and the
+independent reference in the tests) decides them against the task's own ground truth, with nothing from the encoding.
 A failure is an `InternalError` naming the case: the proof and the evaluator disagree, and no
 verdict may be given.  Members that are not inputs of the task (a margin or distinct-keys filter)
-are skipped.
+are skipped.  The draws are seeded: the same run checks the same inputs.
 
 The check costs a few evaluations per case; it would have caught every wrong proof found so far
 (a threshold wrapped modulo 2^width, an instance's b wrapped, an empty readout).
@@ -31,7 +35,7 @@ from ..engines.base import Problem
 from ..evaluator import Judged, fitting_evaluator
 from ..support.budget import Deadline
 from ..support.errors import InternalError
-from ..tasks.base import case_splits
+from ..tasks.base import Task, case_splits
 
 RANDOM_PER_CASE = 2  # at least this many random members of every case, of the box and by index ...
 RANDOM_TOTAL = 1024  # ... and this many of each in all, spread over the cases
@@ -54,12 +58,15 @@ class SampleCheck:
                 "seconds": round(self.seconds, 3)}
 
 
-def box_sample(domains, rng: np.random.Generator, n_random: int) -> np.ndarray:
+def box_sample(domains, rng: np.random.Generator, n_random: int, task: Optional[Task] = None) -> np.ndarray:
     """The corners and random members of a box of token domains (per position, its tokens),
-    (4 + n_random, L).
+    (4 + n_random, L); for a task that draws its inputs (`Task.draw_inputs`), the corners and at
+    most n_random inputs it draws from the box.
 
     Positions that share a domain array (most do) are drawn together."""
     L = len(domains)
+    if task is not None and task.draw_inputs is not None:
+        return np.concatenate([box_sample(domains, rng, 0), task.draw_inputs(domains, rng, n_random)])
     groups: dict[int, tuple[np.ndarray, list[int]]] = {}
     for j, d in enumerate(domains):
         groups.setdefault(id(d), (d, []))[1].append(j)
@@ -99,8 +106,12 @@ class CaseSample:
         for ci, case in enumerate(case_splits(task)):
             if ci not in self.chosen:
                 continue
-            indexed = [task.decode(case.offset + pick.randrange(case.count)) for _ in range(self.n_random)]
-            rows = np.concatenate([box_sample(case.domains, rng, self.n_random), np.array(indexed, dtype=np.int64)])
+            if task.draw_inputs is not None:  # inputs drawn by the task stand for both random kinds
+                rows = box_sample(case.domains, rng, 2 * self.n_random, task)
+            else:
+                indexed = [task.decode(case.offset + pick.randrange(case.count)) for _ in range(self.n_random)]
+                rows = np.concatenate([box_sample(case.domains, rng, self.n_random),
+                                       np.array(indexed, dtype=np.int64)])
             pending.setdefault(case.length, []).append((case.name, rows))
             if sum(len(rows) for _, rows in pending[case.length]) >= size:
                 yield flush(case.length)

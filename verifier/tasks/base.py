@@ -178,6 +178,7 @@ class Vocabulary:
     cases: Optional[Callable[[], Iterator[Case]]] = None
     dfa: Optional[np.ndarray] = None
     answered: Optional[Callable[[], Checked]] = None
+    draw_inputs: Optional[Callable[[Sequence[np.ndarray], np.random.Generator, int], np.ndarray]] = None
 
     def render(self, tokens) -> str:
         return " ".join(self.vocab[int(t)] if 0 <= int(t) < len(self.vocab) else f"<{int(t)}>" for t in tokens)
@@ -268,6 +269,13 @@ class Task(Protocol):
     def dfa(self) -> Optional[np.ndarray]:
         """A DFA (states x tokens) that accepts the inputs whose answer is 1, so that the `reach`
         engine decides every length; None: the task is not given by one."""
+
+    @property
+    def draw_inputs(self) -> Optional[Callable[[Sequence[np.ndarray], np.random.Generator, int], np.ndarray]]:
+        """``draw_inputs(domains, rng, n)``: at most n inputs of the task drawn uniformly from those in
+        a box of token domains (a case's, or a part of one), (n', L); for a task whose inputs are
+        rare among the members of its boxes (MQAR, nearest neighbour), so that the sample check and
+        the falsification pass evaluate inputs, not filtered-out members.  None: draw members."""
 
     @property
     def answered(self) -> Optional[Callable[[], Checked]]:

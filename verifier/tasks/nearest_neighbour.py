@@ -99,6 +99,21 @@ class _Retrieval(ProductTask):
     def extra_valid(self, tokens: np.ndarray) -> np.ndarray:
         return np.ones(len(tokens), bool)
 
+    def _member(self, domains) -> np.ndarray:
+        """A box's membership table: positions x vocabulary."""
+        member = np.zeros((len(domains), len(self.vocab)), bool)
+        for j, d in enumerate(domains):
+            member[j, d] = True
+        return member
+
+    def _labels(self, member: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n rows of a box with its labels drawn (uniform and independent: no label makes a
+        sequence an input or not), the vectors left 0."""
+        rows = np.zeros((n, len(member)), np.int64)
+        labels = member[1::2, self.V:]
+        rows[:, 1::2] = self.V + np.argmax(np.where(labels, rng.random((n, *labels.shape)), -1.0), axis=2)
+        return rows
+
     def _near(self, S, k: int, q: int) -> list:
         """Symbolic "x_i is the nearest neighbour with margin gamma", i < k."""
         dots = [S.lookup(2 * i, self.agree[S.domains[2 * i], q]) for i in range(k - 1)]
@@ -192,6 +207,34 @@ class NearestNeighbour(_Retrieval):
                 if k == 2 or len(below[c2]):
                     yield i, np.array([c2]), below[c2]
 
+    def draw_inputs(self, domains, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n inputs drawn uniformly from those in a box, exactly (up to the float rounding of the
+        weights): the inputs with query q whose nearest vector is x_i = c' are the product of
+        {c'} at i and, at every other vector position, its codes at least gamma further from q
+        (`valid_count`'s closed form, per position); a triple (q, i, c') is drawn by its count of
+        inputs, then each other position uniformly from its codes.  Empty when the box holds none."""
+        member = self._member(domains)
+        rows = self._labels(member, rng, n)
+        xs = member[0::2, :self.V]  # (k, V): the vectors' codes, the query's last
+        queries = np.flatnonzero(xs[-1])
+        a = self.agree[:, queries].T  # (Q, V): agreement of each code with each query
+        below = a[:, None, :] <= a[:, :, None] - self.need  # (Q, c', c): c is gamma further from q than c'
+        sizes = np.einsum("qcv,iv->qci", below.astype(np.int64), xs[:-1].astype(np.int64))  # (Q, c', i)
+        # inputs of (q, c', i): [c' at i] times the product of the other positions' sizes, in logs
+        logs = np.log(np.where(sizes > 0, sizes, 1))
+        zeros = (sizes == 0).sum(axis=2, keepdims=True) - (sizes == 0)
+        ok = (zeros == 0) & xs[:-1].T[None, :, :]
+        if not ok.any() or n == 0:
+            return rows[:0]
+        log_count = np.where(ok, logs.sum(axis=2, keepdims=True) - logs, -np.inf)
+        weight = np.exp(log_count - log_count.max()).ravel()
+        qi, c1, i = np.unravel_index(rng.choice(weight.size, size=n, p=weight / weight.sum()), log_count.shape)
+        allowed = below[qi, c1][:, None, :] & xs[None, :-1, :]  # (n, k-1, V)
+        x = np.argmax(np.where(allowed, rng.random(allowed.shape), -1.0), axis=2)
+        x[np.arange(n), i] = c1
+        rows[:, 0:-1:2], rows[:, -1] = x, queries[qi]
+        return rows
+
     def valid_count(self, c: int) -> int:
         """Closed form: one position holds the nearest code c', the k-2 others a code at least
         gamma further from the query; times the 2^(k-1) labels."""
@@ -258,9 +301,71 @@ class Mqar(_Retrieval):
         for j in range(self.N // 2):
             yield j, one, others
 
+    DRAW_ROUNDS = 8  # rounds of proposals `draw_inputs` makes at most
+
+    def draw_inputs(self, domains, rng: np.random.Generator, n: int) -> np.ndarray:
+        """At most n inputs drawn uniformly from those in a box, exactly, by rejection: the free
+        keys are a uniform arrangement of distinct symbols from their domains' union (less the
+        fixed keys), kept if each lies in its own domain; the free queries likewise from the
+        keys in their domains' union (less the fixed queries), the row kept with probability
+        A(m, f) / A(m_max, f) (A(m, f) the arrangements of f of the m keys available, m_max its
+        bound over every key set), so that every input is as likely.  On a case, or a box whose
+        free keys share a domain and whose free queries do (every box the bounds engine makes),
+        only the fixed query's being a key is rejected; fewer than n rows when the box's inputs
+        are rare among the proposals after DRAW_ROUNDS rounds."""
+        h, V = self.N // 2, self.V
+        member = self._member(domains)
+        keys, queries = _Arrangements(member[0:2 * h:2, :V], V), _Arrangements(member[2 * h::2, :V], h)
+        out, missing = [np.zeros((0, len(domains)), np.int64)], n
+        if not (keys.possible and queries.possible and member[0:2 * h:2, queries.given].any(axis=0).all()):
+            return out[0]  # the box holds no input: no proposal would be kept
+        for _ in range(self.DRAW_ROUNDS):
+            if missing <= 0:
+                break
+            B = 4 * missing + 16
+            rows = self._labels(member, rng, B)
+            rows[:, 0:2 * h:2], kept = keys.draw(rng, np.ones((B, V), bool))
+            key_set = np.zeros((B, V), bool)
+            key_set[np.arange(B)[:, None], rows[:, 0:2 * h:2]] = True
+            rows[:, 2 * h::2], ok = queries.draw(rng, key_set)
+            out.append(rows[kept & ok][:missing])
+            missing -= len(out[-1])
+        return np.concatenate(out)
+
     def valid_count(self, c: int) -> int:
         """Keys: an ordered choice of N/2 distinct symbols that contains the query; the earlier
         queries: distinct keys other than the query; times the 2^(k-1) labels."""
         k, h = self._k[c], self.N // 2
         keys = h * math.perm(self.sigma - 1, h - 1)
         return keys * math.perm(h - 1, k - 1 - h) * 2 ** (k - 1)
+
+
+class _Arrangements:
+    """Distinct symbols at positions with these domains (member: positions x symbols), drawn from
+    each row's pool (at most `most` symbols a row): the fixed positions' symbols, and at the f free
+    ones a uniform arrangement of the m symbols of the pool in their domains' union (less the fixed
+    ones).  A row is kept when its symbols are distinct, in the pool and each in its own domain,
+    and with probability A(m, f) / A(m_max, f), m_max the bound of m over every pool, so that every
+    kept arrangement is as likely whatever the row's pool."""
+
+    def __init__(self, member: np.ndarray, most: int):
+        sizes = member.sum(axis=1)
+        self.member, self.fixed, self.free = member, np.flatnonzero(sizes == 1), np.flatnonzero(sizes > 1)
+        self.given = np.argmax(member[self.fixed], axis=1)
+        self.union = member[self.free].any(axis=0) & (np.bincount(self.given, minlength=member.shape[1]) == 0)
+        self.m_max = min(int(self.union.sum()), most - len(self.given))
+        self.possible = len(np.unique(self.given)) == len(self.given) and self.m_max >= len(self.free)
+
+    def draw(self, rng: np.random.Generator, pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(symbols, kept) of each row of the pool (rows x symbols)."""
+        B, f, free = len(pool), len(self.free), self.free
+        symbols = np.zeros((B, len(self.member)), np.int64)
+        if not self.possible:
+            return symbols, np.zeros(B, bool)
+        symbols[:, self.fixed] = self.given
+        avail = pool & self.union
+        symbols[:, free] = np.argsort(np.where(avail, rng.random(avail.shape), 2.0), axis=1)[:, :f]
+        m = avail.sum(axis=1)
+        ratio = np.prod((m[:, None] - np.arange(f)) / (self.m_max - np.arange(f)), axis=1)
+        kept = pool[:, self.given].all(axis=1) & (m >= f) & self.member[free, symbols[:, free]].all(axis=1)
+        return symbols, kept & (rng.random(B) < ratio)
