@@ -1,6 +1,6 @@
 """The frontiers of the multi-layer constructions: p*(N) over doublings of N, saved as
 docs/results/frontier-<name>.json, and for G.2 (MQAR, nearest neighbour) k*(N), the smallest width
-of T that proves at p = 16 (every width from 1 to 2N at N = 2, 4, 8: --width-max-N), saved as
+of T that proves at p = 16 (every width from 1 to 2 max N at N = 2 .. --width-max-N), saved as
 docs/results/width-<name>.json; the results pages render them
 (`tools.generated`).
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30, help="seconds for each (N, p) run (default 30)")
     ap.add_argument("--budget-scale", type=float, default=1.0, help="multiplies each frontier's budget")
     ap.add_argument("--max-N", type=int, default=1024, help="the largest N tried (default 1024)")
-    ap.add_argument("--width-max-N", type=int, default=8, help="the largest N of the width sweeps (default 8)")
+    ap.add_argument("--width-max-N", type=int, default=32, help="the largest N of the width sweeps (default 32)")
     ap.add_argument("--no-cache", action="store_true", help="decide every run again")
     ap.add_argument("--summary", action="store_true", help="print one table of the saved frontiers; run nothing")
     args = ap.parse_args(argv)
