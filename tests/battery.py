@@ -154,6 +154,8 @@ def _battery_problem(i: int, grid: bool) -> Problem:
         model.readout.positions = "all"
         return Problem(task, model, fx)
     if kind == "two-layer":  # the bounds engine through two layers: first layers local or not
+        if np.random.default_rng(7000 + i).random() < 1 / 3:  # drawn apart: the other models keep their draws
+            return _averaging_problem(np.random.default_rng(8000 + i), fx)
         sharp = float(rng.choice([0.0, 2.0, 8.0]))
         if rng.random() < 0.5:  # induction heads, read at every position of a causal model
             task = make_task("induction_heads", int(rng.integers(1, 5)), sigma=int(rng.integers(2, 4)))
@@ -192,6 +194,27 @@ def _battery_problem(i: int, grid: bool) -> Problem:
         model.readout.b_U[:] = np.where(np.arange(task.num_classes) == 0, 5.0, -5.0)
         if isinstance(task, RandomLookupTask):
             task.F[:] = 0
+    return Problem(task, model, fx)
+
+
+def _averaging_problem(rng: np.random.Generator, fx: Fixed) -> Problem:
+    """A Boolean task (equality, disjointness, a sparse threshold) read by two layers whose second
+    averages the first at the readout (its query map 0, or its key map): the aggregate engine's
+    shape, its first layer sharp (local) or not, causal or not."""
+    name = str(rng.choice(["equality", "disjointness", "sparse_threshold"]))
+    N = 2 * int(rng.integers(1, 4))
+    task = make_task(name, N) if name != "sparse_threshold" else \
+        make_task(name, N + 1, s=int(rng.integers(1, 4)), instance_seed=int(rng.integers(0, 100)))
+    model = two_layer(rng, task.vocab, task.max_len, task.num_classes, readout=task.readout,
+                      sharp=float(rng.choice([0.0, 2.0, 8.0])))
+    model.layers[0].causal = bool(rng.random() < 0.5)
+    for head in model.layers[1].heads:
+        if rng.random() < 0.5:
+            head.W_Q[:] = 0
+            if head.b_Q is not None:
+                head.b_Q[:] = 0
+        else:
+            head.W_K[:] = 0
     return Problem(task, model, fx)
 
 

@@ -28,7 +28,8 @@ def _agree(problem) -> str:
     """Both engines on the problem: the same verdict and smallest margin; every failure the
     aggregate engine reports is one enumeration found.  Returns the verdict."""
     mine, theirs = Aggregate().run(problem, ALL), Exhaustive().run(problem, ALL)
-    assert mine.covered == theirs.covered == problem.task.total
+    # a case with a failure is not covered (its other failures are not listed): these tasks have one case
+    assert mine.covered == (0 if theirs.found else problem.task.total)
     assert bool(mine.found) == bool(theirs.found), (len(mine.found), len(theirs.found))
     assert {f.index for f in mine.found} <= {f.index for f in theirs.found}
     assert mine.min_margin == pytest.approx(theirs.min_margin)

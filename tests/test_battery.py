@@ -21,7 +21,8 @@ from verifier.engines import ENGINES, EngineResult
 BATTERY_SIZE = int(os.environ.get("VERIFY_BATTERY_SIZE", 10_000))
 GRID_BATTERY_SIZE = int(os.environ.get("VERIFY_GRID_BATTERY_SIZE", 1_000))
 FLOAT_BATTERY_SIZE = int(os.environ.get("VERIFY_FLOAT_BATTERY_SIZE", 1_000))
-SLICE = range(3 * len(KINDS))  # three models of every kind
+SLICE = list(range(3 * len(KINDS))) + [111, 153]  # three models of every kind, and two averaging models
+# of the two-layer kind (the aggregate engine's shape: `battery._averaging_problem`)
 
 
 @pytest.mark.slow

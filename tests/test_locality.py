@@ -408,3 +408,15 @@ def test_ffn_column_bounds_hold_at_every_code(task, p):
                          for _ in range(8)]:
         y, y2 = run._ffn(layer, x, x, fx.context((B,)), by_column=False)
         assert (y == y2).all() and (blo <= y).all() and (y <= bhi).all()
+
+
+@pytest.mark.slow
+def test_a_wide_second_layer_query_prints_no_overflow_warning():
+    """MQAR at N = 64: the codes of the second layer's query columns over a box multiply past float64
+    (128 columns); numpy's overflow warning reached the user's terminal.  The product is inf there,
+    more than QUERY_POINTS as it should be, and silent."""
+    import warnings
+    problem = verifier.build_problem("mqar", N=64, p=14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert Bounds().run(problem, RunOptions(deadline=Deadline(300))).found

@@ -7,7 +7,7 @@ at once, at sizes no enumeration or solver reaches.
 The argument, for one case (a box of token domains of one length L), in fixed point:
 
 1. *Blocks.*  At query position i, a key j whose exp(s_j - M) code is 0 on every input of the box
-   (s_j at most T above the largest of the other keys' smallest logits: `locality`'s certificate,
+   (its largest logit minus the largest of the keys' smallest logits at most T: `locality`'s certificate,
    for any set of keys rather than a window) adds exactly 0 to i's output.  The first layer's output
    at i is then a function of the tokens at G(i) = {i} and the keys that may weigh, less the
    positions the box fixes.  Positions whose G meet are joined into blocks (equality: the pairs
@@ -17,8 +17,8 @@ The argument, for one case (a box of token domains of one length L), in fixed po
    weight a, and the head's output is the saturated rounding of an exact sum over the positions of
    a term of each position's first-layer output (`Fixed.terms`; exact sums do not depend on the
    order).  The terms of a block are a function of the block's tokens.
-3. *The answer* is answer(base + a sum of features), each feature within one block
-   (`tasks.base.FeatureSum`).
+3. *The answer* is answer(base + a sum of features) (`tasks.base.FeatureSum`); the positions of a
+   feature are joined into one block too.
 
 So the model's output is a function of (the sum of the terms, the tokens of the readout position's
 block) and the answer a function of the sum of the features.  The engine enumerates every block's
@@ -26,7 +26,8 @@ token assignments and adds the blocks one after another, keeping the reachable s
 sum of features, assignment of the readout's block) and one input that reaches each (a dynamic
 program).  The inputs kept for the last states are evaluated on the evaluator: every input of the
 case has the output and the answer of one of them, so all are right iff these are, a failing one is
-a counterexample, and the smallest margin among them is the case's.
+a counterexample, and the smallest margin among them is the case's.  A case with a failure is not
+counted as covered (its other failing inputs are not listed), and the run ends there.
 
 It takes fixed-point codes with overflow = saturate (under error, a saturation in a term that the
 state forgets would still count), softmax layers, a readout at the last position, no model BOS, and
@@ -112,18 +113,17 @@ class Aggregate:
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
                 found, margin, index, blocks, states = _decide(ev, task, case, features, opts)
-                result.found += found
                 if margin is not None and (result.min_margin is None or margin < result.min_margin):
                     result.min_margin, result.tightest = margin, index
-                result.covered += case.count
                 stats["blocks"] = max(stats["blocks"], len(blocks.positions))
                 stats["largest_block"] = max([stats["largest_block"]] + [len(p) for p in blocks.positions])
                 stats["states"] += states
-                if len(result.found) >= opts.max_counterexamples:
+                if found:  # the case's other failures are not listed: it is not covered, and the run ends
+                    result.found = sorted(found, key=lambda f: f.index)[:opts.max_counterexamples]
                     break
+                result.covered += case.count
         except TimedOut:
             result.status = Status.TIMEOUT
-        result.found = sorted(result.found, key=lambda f: f.index)[:opts.max_counterexamples]
         result.stats = {**stats, "seconds": round(time.monotonic() - t0, 3)}
         return result
 
@@ -143,7 +143,7 @@ def _decide(ev: Evaluator, task, case: Case, features: FeatureSum,
             opts: RunOptions) -> tuple[list[Found], Optional[float], Optional[int], Blocks, int]:
     """One case: (failures, smallest margin, its input's index, the blocks, states evaluated)."""
     domains = [np.asarray(d) for d in case.domains]
-    blocks = _blocks(ev, domains, opts)
+    blocks = _blocks(ev, domains, features, opts)
     X1, terms = _terms(ev, domains, blocks)  # per block (count, K); last: the constant positions'
     feats, base = _features(features, domains, blocks)
     last = blocks.last
@@ -197,8 +197,9 @@ def _same(ev: Evaluator, tokens: np.ndarray, composed: np.ndarray, case: Case) -
                             f"case {case.name}: the blocks are wrong")
 
 
-def _blocks(ev: Evaluator, domains: list[np.ndarray], opts: RunOptions) -> Blocks:
-    """The positions the first layer reads together on the box (module docstring, 1)."""
+def _blocks(ev: Evaluator, domains: list[np.ndarray], features: FeatureSum, opts: RunOptions) -> Blocks:
+    """The positions the first layer reads together on the box (module docstring, 1), joined also
+    where a feature of the task reads them together."""
     L = len(domains)
     free = np.array([len(d) > 1 for d in domains])
     may = _may_weigh(ev, domains, opts) | np.eye(L, dtype=bool)
@@ -211,7 +212,8 @@ def _blocks(ev: Evaluator, domains: list[np.ndarray], opts: RunOptions) -> Block
         return i
 
     groups = [np.flatnonzero(may[i] & free) for i in range(L)]
-    for g in groups:
+    read = [np.array([i for i in positions if free[i]], dtype=np.int64) for positions, _ in features.features]
+    for g in groups + read:
         for j in g[1:]:
             parent[root(int(j))] = root(int(g[0]))
     roots = sorted({root(int(i)) for i in np.flatnonzero(free)})
@@ -303,7 +305,7 @@ def _features(features: FeatureSum, domains: list[np.ndarray], blocks: Blocks) -
     for positions, table in features.features:
         owners = {int(of[i]) for i in positions} - {-1}
         if len(owners) > 1:
-            raise TooLarge(f"a feature of positions {positions} spans {len(owners)} of the model's blocks")
+            raise InternalError(f"a feature of positions {positions} spans {len(owners)} blocks, which join them")
         if not owners:
             base += int(table[tuple(int(domains[i][0]) for i in positions)])
             continue

@@ -990,7 +990,8 @@ class _Run:
         cols = self.m.query_cols
         olo = fx.ordinal(lo[:, cols])
         width = (fx.ordinal(hi[:, cols]) - olo + 1).astype(np.float64)
-        points = np.prod(width, axis=1)
+        with np.errstate(over="ignore"):  # a product beyond float64 is inf: more than QUERY_POINTS all the same
+            points = np.prod(width, axis=1)
         status, margin = np.zeros(n, dtype=np.int64), np.full(n, -np.inf)
         rows = np.flatnonzero(points <= QUERY_POINTS)
         if not len(rows):
