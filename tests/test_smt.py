@@ -46,9 +46,12 @@ def test_auto_picks_by_a_cost_model_and_says_why():
     big = verifier.prove("idxl", N=6, p=12, sigma=64)
     assert big.engine == "bounds (auto)" and "which position holds the answer" in big.engine_stats["auto"]
     assert "chosen by auto" in big.summary()
-    # no answer position and 2^64 inputs: the SMT engine; a small space of a large model: enumeration
+    # no answer position, no feature sum and 2^64 inputs: the SMT engine (equality's feature sum takes
+    # it to the aggregate engine); a small space of a large model: enumeration
     engine, why = auto(verifier.build_problem("equality", N=64, p=12), RunOptions())
-    assert engine.name == "smt" and "out of reach" in why or "would take" in why
+    assert engine.name == "aggregate" and "out of reach" in why
+    engine, why = auto(verifier.build_problem("induction_heads", N=16, p=15, f=4, sigma=3), RunOptions())
+    assert engine.name == "smt" and "would take" in why
     engine, _ = auto(verifier.build_problem("mqar", N=8, p=12), RunOptions())
     assert engine.name == "exhaustive"
 
