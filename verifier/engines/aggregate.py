@@ -49,7 +49,7 @@ from ..model import Model, Recurrent
 from ..support.budget import TimedOut, TooLarge
 from ..support.errors import InternalError
 from ..tasks import Case
-from ..tasks.base import FeatureSum, case_splits
+from ..tasks.base import FeatureSum, case_splits, membership
 from ..tasks.product import product_rows
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
@@ -113,7 +113,7 @@ class Aggregate:
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
                 found, margin, index, blocks, states = _decide(ev, task, case, features, opts)
-                if margin is not None and (result.min_margin is None or margin < result.min_margin):
+                if result.min_margin is None or margin < result.min_margin:
                     result.min_margin, result.tightest = margin, index
                 stats["blocks"] = max(stats["blocks"], len(blocks.positions))
                 stats["largest_block"] = max([stats["largest_block"]] + [len(p) for p in blocks.positions])
@@ -140,7 +140,7 @@ def _not_average(model: Model) -> Optional[str]:
 
 
 def _decide(ev: Evaluator, task, case: Case, features: FeatureSum,
-            opts: RunOptions) -> tuple[list[Found], Optional[float], Optional[int], Blocks, int]:
+            opts: RunOptions) -> tuple[list[Found], float, int, Blocks, int]:
     """One case: (failures, smallest margin, its input's index, the blocks, states evaluated)."""
     domains = [np.asarray(d) for d in case.domains]
     blocks = _blocks(ev, domains, features, opts)
@@ -240,9 +240,7 @@ def _may_weigh(ev: Evaluator, domains: list[np.ndarray], opts: RunOptions) -> np
     allowed = np.tril(np.ones((L, L), bool)) if ev.q.layers[0].causal else np.ones((L, L), bool)
     if T is None:  # no exp code is 0: every key may weigh
         return allowed
-    inside = np.zeros((L, V), bool)
-    for i, d in enumerate(domains):
-        inside[i, d] = True
+    inside = membership(domains, V)
     rows = np.arange(L)[:, None] * V + np.arange(V)[None, :]  # (position, token) rows of the tables
     may = np.zeros((L, L), bool)
     for table in logits:
@@ -267,7 +265,7 @@ def _terms(ev: Evaluator, domains: list[np.ndarray], blocks: Blocks) -> tuple[np
     arith = cast(Fixed, ev.arith)
     L = len(domains)
     reps = max([len(a) for a in blocks.assignments] + [1])
-    tokens = np.tile(np.array([d[0] for d in domains], dtype=np.int64), (reps, 1))
+    tokens = _firsts(domains, reps)
     for P, A in zip(blocks.positions, blocks.assignments):
         tokens[:, P] = A[np.arange(reps) % len(A)]
     X1 = _first_layer_output(ev, tokens)  # position i's output depends on its block's assignment only
@@ -279,6 +277,11 @@ def _terms(ev: Evaluator, domains: list[np.ndarray], blocks: Blocks) -> tuple[np
     terms = np.concatenate(per_head, axis=-1)  # (reps, L, K)
     out = [terms[:len(A)][:, blocks.owner == b].sum(axis=1) for b, A in enumerate(blocks.assignments)]
     return X1, out + [terms[:1][:, blocks.owner == -1].sum(axis=1)]
+
+
+def _firsts(domains: list[np.ndarray], n: int) -> np.ndarray:
+    """n rows of every position's first token (what a position the box fixes holds)."""
+    return np.tile(np.array([d[0] for d in domains], dtype=np.int64), (n, 1))
 
 
 def _first_layer_output(ev: Evaluator, tokens: np.ndarray) -> np.ndarray:
@@ -321,7 +324,7 @@ def _witnesses(domains: list[np.ndarray], blocks: Blocks, steps: list[tuple[int,
     """One input per final state, back along the steps: its tokens (n, L), and at every position
     the row of `_terms`'s first-layer output that holds its output (the assignment of its block)."""
     n = len(first)
-    tokens = np.tile(np.array([d[0] for d in domains], dtype=np.int64), (n, 1))
+    tokens = _firsts(domains, n)
     chosen = np.zeros((n, len(blocks.positions) + 1), np.int64)  # per block; last column: no block
     if blocks.last >= 0:  # the state keeps it
         chosen[:, blocks.last] = first

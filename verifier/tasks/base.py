@@ -110,6 +110,14 @@ class FeatureSum:
     base: int = 0
 
 
+def membership(domains: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:
+    """A box's membership table, positions x vocabulary: may position j hold token t."""
+    member = np.zeros((len(domains), vocab_size), bool)
+    for j, d in enumerate(domains):
+        member[j, d] = True
+    return member
+
+
 def case_splits(task: Task) -> Iterator[Case]:
     """The task's case splits, for an engine whose `unsupported` refused a task without them."""
     if task.cases is None:

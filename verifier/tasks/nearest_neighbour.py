@@ -29,7 +29,7 @@ import numpy as np
 
 from ..support.errors import InputError
 from ..support.sizes import Cost
-from .base import Case, Domains, TaskOption, token_answers
+from .base import Case, Domains, TaskOption, membership, token_answers
 from .combinatorics import distinct_rows
 from .product import ProductTask, product_size
 
@@ -98,13 +98,6 @@ class _Retrieval(ProductTask):
 
     def extra_valid(self, tokens: np.ndarray) -> np.ndarray:
         return np.ones(len(tokens), bool)
-
-    def _member(self, domains) -> np.ndarray:
-        """A box's membership table: positions x vocabulary."""
-        member = np.zeros((len(domains), len(self.vocab)), bool)
-        for j, d in enumerate(domains):
-            member[j, d] = True
-        return member
 
     def _labels(self, member: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
         """n rows of a box with its labels drawn (uniform and independent: no label makes a
@@ -213,7 +206,7 @@ class NearestNeighbour(_Retrieval):
         {c'} at i and, at every other vector position, its codes at least gamma further from q
         (`valid_count`'s closed form, per position); a triple (q, i, c') is drawn by its count of
         inputs, then each other position uniformly from its codes.  Empty when the box holds none."""
-        member = self._member(domains)
+        member = membership(domains, len(self.vocab))
         rows = self._labels(member, rng, n)
         xs = member[0::2, :self.V]  # (k, V): the vectors' codes, the query's last
         queries = np.flatnonzero(xs[-1])
@@ -314,7 +307,7 @@ class Mqar(_Retrieval):
         only the fixed query's being a key is rejected; fewer than n rows when the box's inputs
         are rare among the proposals after DRAW_ROUNDS rounds."""
         h, V = self.N // 2, self.V
-        member = self._member(domains)
+        member = membership(domains, len(self.vocab))
         keys, queries = _Arrangements(member[0:2 * h:2, :V], V), _Arrangements(member[2 * h::2, :V], h)
         out, missing = [np.zeros((0, len(domains)), np.int64)], n
         if not (keys.possible and queries.possible and member[0:2 * h:2, queries.given].any(axis=0).all()):
