@@ -68,7 +68,7 @@ def test_a_correct_model_that_times_out_stays_unknown_with_what_was_tried():
 def test_a_point_below_the_frontier_that_times_out_is_refuted():
     """Induction heads at N = 16, p = 15: the first layer is not exactly local (the bounds engine
     refuses), the SMT engine runs out of time; most long inputs fail, and the pass finds one."""
-    result = verifier.prove("induction_heads", N=16, p=15, f=4, sigma=3, timeout=10)
+    result = verifier.prove("induction_heads", N=16, p=15, f=4, sigma=3, timeout=20)
     assert result.verdict == "refuted" and result.status == "timeout" and result.engine == "smt (auto)"
     assert result.engine_stats["falsified"]["failed"] >= 1 and "replayed on the generic path" in result.summary()
     cex = result.counterexamples[0]
