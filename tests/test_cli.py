@@ -42,6 +42,14 @@ def test_summary_states_the_arithmetic(capsys):
     assert "258 of 258" in out and "min margin" in out
 
 
+def test_a_long_input_of_the_smallest_margin_is_elided_in_the_summary_and_whole_in_json(capsys):
+    code, out, _ = run(capsys, "equality", "--N", "64", "--p", "12")
+    line = next(x for x in out.splitlines() if x.lstrip().startswith("min margin"))
+    assert code == 0 and "... (64 tokens; the whole input: --json) ..." in line and len(line.split()) < 50
+    code, out, _ = run(capsys, "equality", "--N", "64", "--p", "12", "--json")
+    assert code == 0 and len(json.loads(out)["tightest"]["input"].split()) == 64
+
+
 def test_refuted_exit_1_with_dump_that_never_overwrites(capsys, tmp_path):
     args = ("idxl", "--N", "8", "--p", "12", "--eta", "0.5", "--dump", str(tmp_path), "--max-counterexamples", "2")
     code, out, _ = run(capsys, *args)

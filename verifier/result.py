@@ -199,7 +199,7 @@ class Result:
         if "falsified" in st:
             lines.append(f"  falsified   {falsified_text(st['falsified'])}")
         if self.min_margin is not None:
-            where = f" at {self.tightest['input']}" if self.tightest else ""
+            where = f" at {elided(self.tightest['input'])}" if self.tightest else ""
             lines.append(f"  min margin  {self.min_margin:g}{where}")
         if self.reason:
             lines.append(f"  unknown     {self.reason}")
@@ -217,6 +217,15 @@ def falsified_text(f: dict) -> str:
     stopped = ", stopped by the deadline" if f["stopped"] else ""
     return (f"the engine stopped undecided; {f['tried']:,} inputs evaluated ({'; '.join(parts) or 'none drawn'}"
             f"{stopped}; seed {f['seed']}) in {f['seconds']:.2f} s: {found}")
+
+
+def elided(rendered: str, shown: int = 16) -> str:
+    """A rendered input of more than 2 `shown` tokens as its first and last `shown` (the JSON keeps
+    it whole): the smallest margin at N = 1024 otherwise takes a thousand tokens of a line."""
+    tokens = rendered.split(" ")
+    if len(tokens) <= 2 * shown:
+        return rendered
+    return " ".join(tokens[:shown] + [f"... ({len(tokens):,} tokens; the whole input: --json) ..."] + tokens[-shown:])
 
 
 def task_text(task: dict) -> str:
