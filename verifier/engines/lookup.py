@@ -1,0 +1,349 @@
+"""The lookup engine: models whose every layer looks up, at the last position, keys and values that
+are tables over (position, token); L-fold function composition (Chen, Peng, Wu 2024,
+arXiv:2412.02975, Corollary 1.2) and index lookup (Bhattamishra et al. 2024, arXiv:2406.09347,
+Theorem 1) are built so.  It decides composition at sizes no enumeration or solver reaches.
+
+The argument, for one case (a box of token domains of one length L), in fixed point with
+overflow = saturate and a readout at the last position:
+
+1. *Tables.*  When each layer's key and value maps read only columns the layers before it leave
+   as they are (`layer0.keys_from_tokens`), its keys and values at position j are functions of the
+   token at j.  Only the last position's stream is read (by the queries and the readout), so the
+   model's output is a function of the last position's stream, carried layer by layer.
+2. *Branches.*  A branch fixes some positions to tokens; the others keep the case's domains.  At
+   layer l, the query is computed from the branch's stream code, and the logit of every (position,
+   token of its domain) from the key tables.  Let M be the largest logit of a fixed position.  If
+   every free position's logits are <= M and their exp(s - M) codes (the softmax's own table and
+   clamp, `Fixed.exp_of`) are 0 for every token of its domain, then on every completion of the
+   branch the softmax's maximum is M, the free positions' weights are R(0 / Z) = 0 and their
+   products in the mix are 0: the head's output is the same on every completion, and it is
+   computed exactly by the evaluator's own softmax and mix on one of them (the first).  A branch
+   that fails is split on the failing free position with the largest logit (one branch per token
+   of its domain); the splits partition the branch, so the leaves partition the case.
+3. *The answer.*  Before the layers, branches are split until the positions the task's answer
+   reads are fixed (the task's `answer_needs`: composition chases z_0 -> z_1 -> ...; or the case's
+   `answer_at`), so the answer too is the same on every completion of a leaf.
+
+So every input of a leaf has the leaf's output and answer: all are right iff the leaf's first
+completion is, a failing leaf's completions all fail (they are listed, up to max_counterexamples),
+and the smallest margin over the leaves is the case's.  The first leaves' streams are checked
+against the evaluator run on their tokens (`_same`), and the leaves are checked to cover the case.
+
+It refuses float and int8 formats, overflow = error (the saturations of the positions that are not
+read would count), a BOS, and tasks whose answer it cannot chase.  Without merging branches, a
+case's leaves number the product of the sizes of the blocks looked up; beyond MAX_BRANCHES the run
+is refused (`TooLarge`: auto then takes the next engine).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional, cast
+
+import numpy as np
+
+from ..arithmetic import Fixed
+from ..evaluator import Evaluator, Outputs
+from ..layer0 import keys_from_tokens
+from ..model import Model, Recurrent
+from ..support.budget import TimedOut, TooLarge
+from ..support.errors import InternalError
+from ..tasks import Case
+from ..tasks.base import case_splits
+from ..verdicts import Status
+from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
+
+MAX_BRANCHES = 1 << 20  # branches alive at once (each holds its tokens and stream)
+CHUNK = 1 << 22  # elements of the largest temporary (branches x candidate rows)
+CHECKED = 8  # leaves also evaluated from their tokens alone
+
+
+@dataclass
+class Branches:
+    """Partial assignments of one case: the fixed positions' tokens, and at the free positions
+    their domain's first token (so each row is also the branch's first completion)."""
+
+    tokens: np.ndarray  # (B, L)
+    fixed: np.ndarray  # (B, L) bool
+    X: np.ndarray  # (B, d) the last position's stream after the layers so far
+
+    def take(self, rows: np.ndarray) -> "Branches":
+        return Branches(self.tokens[rows], self.fixed[rows], self.X[rows])
+
+    @staticmethod
+    def join(parts: list["Branches"]) -> "Branches":
+        return Branches(*(np.concatenate([getattr(p, a) for p in parts]) for a in ("tokens", "fixed", "X")))
+
+
+@dataclass
+class Domains:
+    """A case's domains: padded (L, most tokens), their sizes, and the candidate rows (position,
+    token of its domain) sorted by position, with where each position's start."""
+
+    pad: np.ndarray
+    size: np.ndarray
+    rows: np.ndarray  # (n,) position * V + token
+    starts: np.ndarray  # (L,) the first candidate of each position
+    at: np.ndarray  # (L * V,) a row's candidate (-1: not in its domain)
+
+    @classmethod
+    def of(cls, case: Case, V: int) -> "Domains":
+        doms = [np.asarray(d, dtype=np.int64) for d in case.domains]
+        size = np.array([len(d) for d in doms])
+        pad = np.zeros((len(doms), int(size.max())), np.int64)
+        for j, d in enumerate(doms):
+            pad[j, :len(d)] = d
+        rows = np.concatenate([j * V + d for j, d in enumerate(doms)])
+        at = np.full(len(doms) * V, -1)
+        at[rows] = np.arange(len(rows))
+        return cls(pad, size, rows, np.concatenate([[0], np.cumsum(size)[:-1]]), at)
+
+
+class Lookup:
+    name = "lookup"
+    symbolic = True  # PROVED is an argument over branches, not an evaluation of every input
+
+    def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
+        model, task = problem.model, problem.task
+        if isinstance(model, Recurrent):
+            return "it reads attention layers; a recurrent model has none"
+        why = codes_only(problem)
+        if why is not None:
+            return why
+        if problem.arith.overflow != "saturate":
+            return "it takes overflow = saturate (under error, the saturations at positions no layer reads would count)"
+        if any(layer.attention != "softmax" for layer in model.layers):
+            return "it decides softmax layers"
+        if model.bos is not None or model.readout.positions != "last":
+            return "it decides a readout at the last position of a model without its own BOS"
+        why = keys_from_tokens(model)
+        if why is not None:
+            return why + " (the lookup engine takes keys and values that are tables over (position, token))"
+        if task.cases is None:
+            return f"task {task.name} has no case splits"
+        cases = list(case_splits(task))
+        if any(case.valid is not None for case in cases):
+            return f"task {task.name} has inputs that are not every member of its boxes"
+        if getattr(task, "answer_needs", None) is None and any(case.answer_at is None for case in cases):
+            return f"task {task.name} does not say which positions its answer reads"
+        if not opts.whole(task.total):
+            return "--start/--stop select inputs by enumeration; the lookup engine decides whole cases"
+        return None
+
+    def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
+        t0 = time.monotonic()
+        task = problem.task
+        ev = Evaluator(cast(Model, problem.model), problem.arith)
+        tables = _tables(ev)
+        result = EngineResult(Status.COMPLETE, 0, [])
+        cases = list(case_splits(task))
+        stats = {"leaves": 0, "largest_case": 0, "splits": 0}
+        try:
+            for n, case in enumerate(cases):
+                if opts.progress:
+                    opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
+                leaves, splits = _leaves(ev, tables, task, case, opts)
+                stats["leaves"] += len(leaves.tokens)
+                stats["largest_case"] = max(stats["largest_case"], len(leaves.tokens))
+                stats["splits"] += splits
+                found, margin, index = _judge(ev, task, case, leaves, opts.max_counterexamples - len(result.found))
+                if result.min_margin is None or margin < result.min_margin:
+                    result.min_margin, result.tightest = margin, index
+                result.found += found
+                if len(result.found) >= opts.max_counterexamples:  # its other failures may not be listed
+                    result.found = sorted(result.found, key=lambda f: f.index)[:opts.max_counterexamples]
+                    break
+                result.covered += case.count
+        except TimedOut:
+            result.status = Status.TIMEOUT
+        result.found.sort(key=lambda f: f.index)
+        result.stats = {**stats, "seconds": round(time.monotonic() - t0, 3)}
+        return result
+
+
+def _tables(ev: Evaluator) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """Per layer, per head, its keys and values at every (position, token) row (R, m): its maps of
+    the embedding (`keys_from_tokens`), by the evaluator's own linear maps."""
+    t = ev.tables
+    assert t is not None, "the evaluator was built with its layer-0 tables"
+    out = []
+    for li, layer in enumerate(ev.q.layers):
+        heads = []
+        for hi, h in enumerate(layer.heads):
+            maps = [ev._by_rows(len(t.x0), ev._plan(W)[0].size,
+                                lambda r, ctx, W=W, b=b, s=s: ev._lin(W, t.x0[r], b, ctx, f"L{li}.H{hi}.{s}"))[0]
+                    for W, b, s in ((h.W_K, h.b_K, "k"), (h.W_V, h.b_V, "v"))]
+            heads.append((maps[0], maps[1]))
+        out.append(heads)
+    return out
+
+
+def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions) -> tuple[Branches, int]:
+    """The case's leaves (module docstring), with the last position's stream after every layer;
+    and how many splits the certificate asked for."""
+    V, d = len(ev.q.vocab), ev.q.d
+    dom = Domains.of(case, V)
+    L = len(dom.size)
+    first = dom.pad[:, 0]
+    fixed = dom.size == 1
+    br = Branches(first[None, :].copy(), fixed[None, :].copy(), np.zeros((1, d), np.int64))
+    if not fixed[-1]:
+        br = _split(br, np.array([L - 1]), dom, 0)
+    while True:  # the positions the answer reads
+        need = _answer_needs(task, case, br)
+        if (need < 0).all():
+            break
+        br = Branches.join([br.take(need < 0), _split(br.take(need >= 0), need[need >= 0], dom, int((need < 0).sum()))])
+    br.X = ev.tables.x0[(L - 1) * V + br.tokens[:, -1]]  # layer 0's input at the last position
+    splits = 0
+    for li in range(len(ev.q.layers)):
+        done, pending = [], br
+        while len(pending.tokens):
+            opts.deadline.check()
+            bad, score = _certify(ev, tables[li], li, pending, dom)
+            ok = ~bad.any(axis=1)
+            done.append(pending.take(ok))
+            rest = pending.take(~ok)
+            at = np.where(bad[~ok], score[~ok], -np.inf).argmax(axis=1)
+            splits += len(at)
+            pending = _split(rest, at, dom, sum(len(p.tokens) for p in done))
+        br = Branches.join(done)
+        br.X = _apply(ev, tables[li], li, br, opts)
+    _covers(br, dom, case)
+    return br, splits
+
+
+def _answer_needs(task, case: Case, br: Branches) -> np.ndarray:
+    """(B,) per branch, a free position the answer reads (-1: it reads only fixed ones)."""
+    if getattr(task, "answer_needs", None) is not None:
+        return task.answer_needs(br.tokens, br.fixed)
+    j = case.answer_at[0]
+    return np.where(br.fixed[:, j], -1, j)
+
+
+def _split(br: Branches, at: np.ndarray, dom: Domains, alive: int) -> Branches:
+    """Every branch split on its position `at`: one branch per token of the position's domain.
+    TooLarge, before allocating, when they and the `alive` others would pass MAX_BRANCHES."""
+    counts = dom.size[at]
+    total = int(counts.sum())
+    if total + alive > MAX_BRANCHES:
+        raise TooLarge(f"more than {MAX_BRANCHES:,} branches of a case (the lookup engine does not merge them)")
+    parent = np.repeat(np.arange(len(at)), counts)
+    k = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    pos = at[parent]
+    out = br.take(parent)
+    rows = np.arange(total)
+    out.tokens[rows, pos] = dom.pad[pos, k]
+    out.fixed[rows, pos] = True
+    return out
+
+
+def certified(arith: Fixed, S: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """Per candidate logit S (B, n) of a free position, against the largest fixed logit M (B,):
+    does it add exactly 0 on every completion (<= M, and its exp(s - M) code is 0)?"""
+    return (S <= M[:, None]) & (arith.exp_of(S - M[:, None]) == 0)
+
+
+def _certify(ev: Evaluator, heads, li: int, br: Branches, dom: Domains) -> tuple[np.ndarray, np.ndarray]:
+    """(B, L): the free positions some head of layer li may weigh (module docstring, 2), and their
+    largest logit less M (what the split picks by)."""
+    arith = cast(Fixed, ev.arith)
+    B, L = br.tokens.shape
+    bad = np.zeros((B, L), bool)
+    score = np.full((B, L), np.iinfo(np.int64).min)
+    step = max(1, CHUNK // max(len(dom.rows), 1))
+    own = dom.at[np.arange(L) * len(ev.q.vocab) + br.tokens]  # (B, L) each fixed token's candidate
+    for hi, (head, (K, _)) in enumerate(zip(ev.q.layers[li].heads, heads)):
+        keys, inv = np.unique(K[dom.rows], axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        for a in range(0, B, step):
+            r = slice(a, min(B, a + step))
+            ctx = arith.context((r.stop - a, 1))
+            Q = ev._lin(head.W_Q, br.X[r, None, :], head.b_Q, ctx, f"L{li}.H{hi}.q")
+            S = arith.scores(Q, keys[None], ctx, f"L{li}.H{hi}.logits")[:, 0, inv]  # (b, n)
+            mine = np.take_along_axis(S, own[r], axis=1)
+            M = np.where(br.fixed[r], mine, np.iinfo(np.int64).min).max(axis=1)
+            fails = np.logical_or.reduceat(~certified(arith, S, M), dom.starts, axis=1)
+            bad[r] |= fails & ~br.fixed[r]
+            score[r] = np.maximum(score[r], np.maximum.reduceat(S, dom.starts, axis=1) - M[:, None])
+    return bad, score
+
+
+def _apply(ev: Evaluator, heads, li: int, br: Branches, opts: RunOptions) -> np.ndarray:
+    """Layer li at the last position of every branch's first completion (evaluator's own softmax,
+    mix, W_O, residual and FFN): (B, d)."""
+    arith, layer = ev.arith, ev.q.layers[li]
+    B, L = br.tokens.shape
+    rows = np.arange(L) * len(ev.q.vocab) + br.tokens
+    mask = np.ones((1, L), bool) if layer.causal else None  # the last position sees every position
+    out = np.empty_like(br.X)
+    step = max(1, CHUNK // max(L * max(K.shape[1] + V.shape[1] for K, V in heads), 1))
+    for a in range(0, B, step):
+        opts.deadline.check()
+        r = slice(a, min(B, a + step))
+        ctx = arith.context((r.stop - a, 1))
+        Xq = br.X[r, None, :]
+        outs = []
+        for hi, (head, (K, Vt)) in enumerate(zip(layer.heads, heads)):
+            Q = ev._lin(head.W_Q, Xq, head.b_Q, ctx, f"L{li}.H{hi}.q")
+            S = arith.scores(Q, K[rows[r]], ctx, f"L{li}.H{hi}.logits", mask)
+            outs.append(ev._attend(layer, f"L{li}.H{hi}", S, Vt[rows[r]], mask, ctx))
+        out[r] = ev.finish_layer(li, Xq, outs, ctx)[:, 0]
+    return out
+
+
+def _covers(br: Branches, dom: Domains, case: Case) -> None:
+    """The leaves partition the case: their completions number its inputs."""
+    patterns, counts = np.unique(br.fixed, axis=0, return_counts=True)
+    total = sum(int(c) * int(np.prod(dom.size[~p].astype(object))) for p, c in zip(patterns, counts))
+    if total != case.count:
+        raise InternalError(f"the lookup engine's leaves cover {total:,} inputs of case {case.name}, which has "
+                            f"{case.count:,}")
+
+
+def _judge(ev: Evaluator, task, case: Case, br: Branches, room: int) -> tuple[list[Found], float, int]:
+    """The leaves' outputs against the task's answers: the failing inputs (every completion of a
+    failing leaf, up to `room`), the smallest margin and its input's index."""
+    B = len(br.tokens)
+    _same(ev, br.tokens[:CHECKED], br.X[:CHECKED], case)
+    ctx = ev.arith.context((B,))
+    y = ev.scores(br.X, ctx)
+    pred, tie = ev._decide(y)
+    answers, valid = task.evaluate(br.tokens)
+    if not valid.all():
+        raise InternalError(f"a leaf's first completion in case {case.name} is not an input of task {task.name}")
+    judged = ev.judge(Outputs(y, pred, tie, np.zeros(B, bool)), answers)
+    j = int(np.argmin(judged.margin))
+    found: list[Found] = []
+    for b in np.flatnonzero(judged.failed):
+        for tokens in _completions(br.tokens[b], br.fixed[b], case.domains, room - len(found)):
+            found.append(Found.of(judged, int(b), task.index_of(tokens), tokens))
+        if len(found) >= room:
+            break
+    return found, float(judged.margin[j]), task.index_of(br.tokens[j])
+
+
+def _completions(tokens: np.ndarray, fixed: np.ndarray, domains, most: int):
+    """The first `most` completions of a leaf (its free positions over their domains)."""
+    free = np.flatnonzero(~fixed)
+    sizes = [len(domains[j]) for j in free]
+    count = int(np.prod(np.array(sizes, dtype=object))) if len(free) else 1
+    for k in range(min(most, count)):
+        row = tokens.copy()
+        for j, s in zip(free[::-1], sizes[::-1]):
+            k, digit = divmod(k, s)
+            row[j] = domains[j][digit]
+        yield row
+
+
+def _same(ev: Evaluator, tokens: np.ndarray, X: np.ndarray, case: Case) -> None:
+    """The last position's stream of the first leaves, evaluated from their tokens, is the one
+    carried layer by layer."""
+    seen: dict[str, np.ndarray] = {}
+    ev.forward(tokens, rec=lambda name, value: seen.__setitem__(name, value))
+    last = len(ev.q.layers) - 1
+    stream = seen[f"L{last}.out" if ev.q.layers[last].has_ffn else f"L{last}.resid"][:, -1]
+    if not np.array_equal(stream, X):
+        raise InternalError(f"the last position's stream carried by the lookup engine differs from the evaluator's "
+                            f"in case {case.name}: a certificate is wrong")
