@@ -27,7 +27,8 @@ overflow = saturate and a readout at the last position:
 So every input of a leaf has the leaf's output and answer: all are right iff the leaf's first
 completion is, a failing leaf's completions all fail (they are listed, up to max_counterexamples),
 and the smallest margin over the leaves is the case's.  The first leaves' streams are checked
-against the evaluator run on their tokens (`_same`), and the leaves are checked to cover the case.
+against the evaluator run on another of their completions (`_same`), and the leaves are checked
+to cover the case.
 
 It refuses float and int8 formats, overflow = error (the saturations of the positions that are not
 read would count), a BOS, and tasks whose answer it cannot chase.  Without merging branches, a
@@ -143,11 +144,11 @@ class Lookup:
             for n, case in enumerate(cases):
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
-                leaves, splits = _leaves(ev, tables, task, case, opts)
+                leaves, dom, splits = _leaves(ev, tables, task, case, opts)
                 stats["leaves"] += len(leaves.tokens)
                 stats["largest_case"] = max(stats["largest_case"], len(leaves.tokens))
                 stats["splits"] += splits
-                found, margin, index = _judge(ev, task, case, leaves, opts.max_counterexamples - len(result.found))
+                found, margin, index = _judge(ev, task, case, leaves, dom, opts.max_counterexamples - len(result.found))
                 if result.min_margin is None or margin < result.min_margin:
                     result.min_margin, result.tightest = margin, index
                 result.found += found
@@ -179,9 +180,9 @@ def _tables(ev: Evaluator) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     return out
 
 
-def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions) -> tuple[Branches, int]:
-    """The case's leaves (module docstring), with the last position's stream after every layer;
-    and how many splits the certificate asked for."""
+def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions) -> tuple[Branches, Domains, int]:
+    """The case's leaves (module docstring), with the last position's stream after every layer; its
+    domains; and how many splits the certificate asked for."""
     V, d = len(ev.q.vocab), ev.q.d
     dom = Domains.of(case, V)
     L = len(dom.size)
@@ -211,7 +212,7 @@ def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions) -> tuple[
         br = Branches.join(done)
         br.X = _apply(ev, tables[li], li, br, opts)
     _covers(br, dom, case)
-    return br, splits
+    return br, dom, splits
 
 
 def _answer_needs(task, case: Case, br: Branches) -> np.ndarray:
@@ -302,11 +303,11 @@ def _covers(br: Branches, dom: Domains, case: Case) -> None:
                             f"{case.count:,}")
 
 
-def _judge(ev: Evaluator, task, case: Case, br: Branches, room: int) -> tuple[list[Found], float, int]:
+def _judge(ev: Evaluator, task, case: Case, br: Branches, dom: Domains, room: int) -> tuple[list[Found], float, int]:
     """The leaves' outputs against the task's answers: the failing inputs (every completion of a
     failing leaf, up to `room`), the smallest margin and its input's index."""
     B = len(br.tokens)
-    _same(ev, br.tokens[:CHECKED], br.X[:CHECKED], case)
+    _same(ev, br.take(np.arange(min(B, CHECKED))), dom, case)
     ctx = ev.arith.context((B,))
     y = ev.scores(br.X, ctx)
     pred, tie = ev._decide(y)
@@ -337,13 +338,15 @@ def _completions(tokens: np.ndarray, fixed: np.ndarray, domains, most: int):
         yield row
 
 
-def _same(ev: Evaluator, tokens: np.ndarray, X: np.ndarray, case: Case) -> None:
-    """The last position's stream of the first leaves, evaluated from their tokens, is the one
-    carried layer by layer."""
+def _same(ev: Evaluator, br: Branches, dom: Domains, case: Case) -> None:
+    """The last position's stream of the first leaves' last completions (every free position at its
+    domain's last token: not the completion the stream was computed on), evaluated from their
+    tokens, is the one carried layer by layer."""
+    tokens = np.where(br.fixed, br.tokens, dom.pad[np.arange(len(dom.size)), dom.size - 1])
     seen: dict[str, np.ndarray] = {}
     ev.forward(tokens, rec=lambda name, value: seen.__setitem__(name, value))
     last = len(ev.q.layers) - 1
     stream = seen[f"L{last}.out" if ev.q.layers[last].has_ffn else f"L{last}.resid"][:, -1]
-    if not np.array_equal(stream, X):
+    if not np.array_equal(stream, br.X):
         raise InternalError(f"the last position's stream carried by the lookup engine differs from the evaluator's "
                             f"in case {case.name}: a certificate is wrong")
