@@ -11,6 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import verifier
+
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import ENGINES, RunOptions, candidates, lookup, plan
 from verifier.engines.exhaustive import Exhaustive
@@ -88,7 +90,7 @@ def test_a_loosened_certificate_is_caught(monkeypatch):
     nothing: the streams checked on other completions disagree, and no verdict is given."""
     problem = build_problem("composition", N=2, depth=2, n=2, p=12)  # f = 6: the far keys' exp codes are not 0
     assert Lookup().run(problem, ALL).stats["splits"] > 0
-    monkeypatch.setattr(lookup, "certified", lambda arith, S, M: S <= M[:, None])
+    monkeypatch.setattr(lookup, "certified", lambda arith, smax, M: smax <= M[:, None])
     with pytest.raises(InternalError, match="a certificate is wrong"):
         Lookup().run(problem, ALL)
 
@@ -157,3 +159,12 @@ def test_auto_takes_it_for_composition_beyond_enumeration():
     problem = build_problem("composition", N=2, depth=4, n=2, p=16)
     engine, why = candidates(problem, RunOptions())[0]
     assert engine is ENGINES["lookup"] and "tables over (position, token)" in why
+
+
+def test_a_refutation_is_replayed_and_the_unquantized_model_answers_right():
+    """f = 7 of p = 8 leaves a range of [-1, 1): lambda saturates; api replays the counterexample."""
+    r = verifier.prove("composition", N=2, depth=2, n=2, p=8, f=7, engine="lookup", max_counterexamples=5)
+    assert r.verdict == "refuted" and len(r.counterexamples) == 5
+    t = make_task("composition", 2, depth=2, n=2)
+    for c in r.counterexamples:
+        assert c.expected == t.answer_name(t.answer(np.array(c.tokens))) != c.produced

@@ -136,6 +136,7 @@ class Lookup:
         t0 = time.monotonic()
         task = problem.task
         ev = Evaluator(cast(Model, problem.model), problem.arith)
+        _monotone(cast(Fixed, ev.arith))
         tables = _tables(ev)
         result = EngineResult(Status.COMPLETE, 0, [])
         cases = list(case_splits(task))
@@ -240,34 +241,46 @@ def _split(br: Branches, at: np.ndarray, dom: Domains, alive: int) -> Branches:
     return out
 
 
-def certified(arith: Fixed, S: np.ndarray, M: np.ndarray) -> np.ndarray:
-    """Per candidate logit S (B, n) of a free position, against the largest fixed logit M (B,):
-    does it add exactly 0 on every completion (<= M, and its exp(s - M) code is 0)?"""
-    return (S <= M[:, None]) & (arith.exp_of(S - M[:, None]) == 0)
+def certified(arith: Fixed, smax: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """Per free position, from its largest logit over its domain smax (B, L) and the largest fixed
+    logit M (B,): does it add exactly 0 on every completion (<= M, and the exp(s - M) code of 0)?
+    The exp table is monotone (`_monotone`), so the largest logit's code bounds every token's."""
+    return (smax <= M[:, None]) & (arith.exp_of(smax - M[:, None]) == 0)
+
+
+def _monotone(arith: Fixed) -> None:
+    """The exp table `certified` reads at a position's largest logit only rises with its argument."""
+    if np.any(np.diff(arith.exp_table()[1]) < 0):
+        raise InternalError(f"the exp table of {arith} is not monotone: the lookup engine's certificate "
+                            f"does not hold")
 
 
 def _certify(ev: Evaluator, heads, li: int, br: Branches, dom: Domains) -> tuple[np.ndarray, np.ndarray]:
     """(B, L): the free positions some head of layer li may weigh (module docstring, 2), and their
-    largest logit less M (what the split picks by)."""
+    largest logit less M (what the split picks by).  The logits are a function of the query, so
+    they are computed once per distinct stream code (branches share them)."""
     arith = cast(Fixed, ev.arith)
     B, L = br.tokens.shape
     bad = np.zeros((B, L), bool)
     score = np.full((B, L), np.iinfo(np.int64).min)
+    codes, inv = np.unique(br.X, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
     step = max(1, CHUNK // max(len(dom.rows), 1))
-    own = dom.at[np.arange(L) * len(ev.q.vocab) + br.tokens]  # (B, L) each fixed token's candidate
+    own = dom.at[np.arange(L) * len(ev.q.vocab) + br.tokens]  # (B, L) each position's token's candidate
     for hi, (head, (K, _)) in enumerate(zip(ev.q.layers[li].heads, heads)):
-        keys, inv = np.unique(K[dom.rows], axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        for a in range(0, B, step):
-            r = slice(a, min(B, a + step))
-            ctx = arith.context((r.stop - a, 1))
-            Q = ev._lin(head.W_Q, br.X[r, None, :], head.b_Q, ctx, f"L{li}.H{hi}.q")
-            S = arith.scores(Q, keys[None], ctx, f"L{li}.H{hi}.logits")[:, 0, inv]  # (b, n)
-            mine = np.take_along_axis(S, own[r], axis=1)
-            M = np.where(br.fixed[r], mine, np.iinfo(np.int64).min).max(axis=1)
-            fails = np.logical_or.reduceat(~certified(arith, S, M), dom.starts, axis=1)
-            bad[r] |= fails & ~br.fixed[r]
-            score[r] = np.maximum(score[r], np.maximum.reduceat(S, dom.starts, axis=1) - M[:, None])
+        keys, kinv = np.unique(K[dom.rows], axis=0, return_inverse=True)
+        kinv = kinv.reshape(-1)
+        for a in range(0, len(codes), step):
+            c = slice(a, min(len(codes), a + step))
+            ctx = arith.context((c.stop - a, 1))
+            Q = ev._lin(head.W_Q, codes[c, None, :], head.b_Q, ctx, f"L{li}.H{hi}.q")
+            S = arith.scores(Q, keys[None], ctx, f"L{li}.H{hi}.logits")[:, 0, kinv]  # (codes, candidates)
+            smax = np.maximum.reduceat(S, dom.starts, axis=1)  # (codes, L) each position's largest logit
+            sel = np.flatnonzero((inv >= a) & (inv < c.stop))
+            row = inv[sel] - a
+            M = np.where(br.fixed[sel], S[row[:, None], own[sel]], np.iinfo(np.int64).min).max(axis=1)
+            bad[sel] |= ~certified(arith, smax[row], M) & ~br.fixed[sel]
+            score[sel] = np.maximum(score[sel], smax[row] - M[:, None])
     return bad, score
 
 
