@@ -89,7 +89,7 @@ def test_a_loosened_certificate_is_caught(monkeypatch):
     """Not requiring exp codes of 0 (only logits <= M) takes a position that weighs as one that adds
     nothing: the streams checked on other completions disagree, and no verdict is given."""
     problem = build_problem("composition", N=2, depth=2, n=2, p=12)  # f = 6: the far keys' exp codes are not 0
-    assert Lookup().run(problem, ALL).stats["splits"] > 0
+    assert Lookup().run(problem, ALL).stats["certificate_splits"] > 0
     monkeypatch.setattr(lookup, "certified", lambda arith, smax, M: smax <= M[:, None])
     with pytest.raises(InternalError, match="a certificate is wrong"):
         Lookup().run(problem, ALL)
@@ -115,7 +115,7 @@ def test_the_target_size_is_decided():
     problem = build_problem("composition", N=2, depth=4, n=2, p=16)
     result = Lookup().run(problem, RunOptions())
     assert result.covered == problem.task.total and not result.found
-    assert result.stats["leaves"] == 16 * 1024
+    assert result.stats["lookup_leaves"] == 16 * 1024
 
 
 def test_a_key_reading_a_written_column_is_refused():

@@ -140,15 +140,15 @@ class Lookup:
         tables = _tables(ev)
         result = EngineResult(Status.COMPLETE, 0, [])
         cases = list(case_splits(task))
-        stats = {"leaves": 0, "largest_case": 0, "splits": 0}
+        stats = {"lookup_leaves": 0, "largest_case_leaves": 0, "certificate_splits": 0}
         try:
             for n, case in enumerate(cases):
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
                 leaves, dom, splits = _leaves(ev, tables, task, case, opts)
-                stats["leaves"] += len(leaves.tokens)
-                stats["largest_case"] = max(stats["largest_case"], len(leaves.tokens))
-                stats["splits"] += splits
+                stats["lookup_leaves"] += len(leaves.tokens)
+                stats["largest_case_leaves"] = max(stats["largest_case_leaves"], len(leaves.tokens))
+                stats["certificate_splits"] += splits
                 found, margin, index = _judge(ev, task, case, leaves, dom, opts.max_counterexamples - len(result.found))
                 if result.min_margin is None or margin < result.min_margin:
                     result.min_margin, result.tightest = margin, index
