@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import verifier
-
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import ENGINES, RunOptions, candidates, lookup, plan
 from verifier.engines.exhaustive import Exhaustive

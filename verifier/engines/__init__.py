@@ -35,8 +35,9 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     has cases of the last position that do (induction heads); the aggregate engine when the task's
     answer is a sum of features (equality, disjointness: it declines a model it does not fit); the
     lookup engine when every layer's keys and values are tables over (position, token) and the task
-    says which positions its answer reads (composition; it declines other models); the SMT engine; and enumeration as the last resort.  An engine that cannot decide the problem is
-    left out; InputError when none can."""
+    says which positions its answer reads (composition; it declines other models); the SMT engine;
+    and enumeration as the last resort.  An engine that cannot decide the problem is left out;
+    InputError when none can."""
     seconds = enumeration_seconds(problem, opts)
     estimate = (f"enumerating {count_text(opts.size(problem.task.total))} inputs "
                 + (f"would take about {seconds:.2g} s" if math.isfinite(seconds) else "is out of reach"))

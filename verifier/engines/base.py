@@ -121,6 +121,25 @@ def codes_only(problem: Problem) -> Optional[str]:
             f"and smt engines decide float formats)")
 
 
+def last_position_codes(problem: Problem, saturations: str) -> Optional[str]:
+    """Why an engine of fixed-point codes under overflow = saturate, for softmax attention models read
+    at their last position without their own BOS, cannot run the problem, or None.  `saturations`:
+    what would count under overflow = error that the engine does not see."""
+    model = problem.model
+    if isinstance(model, Recurrent):
+        return "it reads attention layers; a recurrent model has none"
+    why = codes_only(problem)
+    if why is not None:
+        return why
+    if problem.arith.overflow != "saturate":
+        return f"it takes overflow = saturate (under error, {saturations} would count)"
+    if any(layer.attention != "softmax" for layer in model.layers):
+        return "it decides softmax attention layers"
+    if model.bos is not None or model.readout.positions != "last":
+        return "it decides a readout at the last position of a model without its own BOS"
+    return None
+
+
 class Engine(Protocol):
     name: str
     symbolic: bool  # its proofs are not evaluations of every input: `api` sample-checks them

@@ -45,15 +45,15 @@ from typing import Optional, cast
 import numpy as np
 
 from ..arithmetic import Fixed
-from ..evaluator import Evaluator, Outputs
+from ..evaluator import Evaluator, Outputs, _Layer0Tables
 from ..layer0 import keys_from_tokens
-from ..model import Model, Recurrent
+from ..model import Model
 from ..support.budget import TimedOut, TooLarge
 from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import case_splits
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
+from .base import EngineResult, Found, Problem, RunOptions, Tick, last_position_codes
 
 MAX_BRANCHES = 1 << 20  # branches alive at once (each holds its tokens and stream)
 CHUNK = 1 << 22  # elements of the largest temporary (branches x candidate rows)
@@ -106,28 +106,18 @@ class Lookup:
     symbolic = True  # PROVED is an argument over branches, not an evaluation of every input
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
-        model, task = problem.model, problem.task
-        if isinstance(model, Recurrent):
-            return "it reads attention layers; a recurrent model has none"
-        why = codes_only(problem)
+        task = problem.task
+        why = last_position_codes(problem, "the saturations at positions no layer reads")
         if why is not None:
             return why
-        if problem.arith.overflow != "saturate":
-            return "it takes overflow = saturate (under error, the saturations at positions no layer reads would count)"
-        if any(layer.attention != "softmax" for layer in model.layers):
-            return "it decides softmax layers"
-        if model.bos is not None or model.readout.positions != "last":
-            return "it decides a readout at the last position of a model without its own BOS"
-        why = keys_from_tokens(model)
+        why = keys_from_tokens(cast(Model, problem.model))
         if why is not None:
             return why + " (the lookup engine takes keys and values that are tables over (position, token))"
         if task.cases is None:
             return f"task {task.name} has no case splits"
-        cases = list(case_splits(task))
-        if any(case.valid is not None for case in cases):
-            return f"task {task.name} has inputs that are not every member of its boxes"
-        if getattr(task, "answer_needs", None) is None and any(case.answer_at is None for case in cases):
-            return f"task {task.name} does not say which positions its answer reads"
+        why = _unchased(task, next(iter(case_splits(task))))  # the first case (index lookup at N = 1024 has 524,800)
+        if why is not None:
+            return why
         if not opts.whole(task.total):
             return "--start/--stop select inputs by enumeration; the lookup engine decides whole cases"
         return None
@@ -143,6 +133,9 @@ class Lookup:
         stats = {"lookup_leaves": 0, "largest_case_leaves": 0, "certificate_splits": 0}
         try:
             for n, case in enumerate(cases):
+                why = _unchased(task, case)
+                if why is not None:
+                    raise InternalError(f"{why}: case {case.name} differs from the first case")
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
                 leaves, dom, splits = _leaves(ev, tables, task, case, opts)
@@ -164,6 +157,16 @@ class Lookup:
         return result
 
 
+def _unchased(task, case: Case) -> Optional[str]:
+    """Why the engine cannot decide the case: its inputs are not every member of its box, or the
+    answer's positions are not known from a partial assignment; or None."""
+    if case.valid is not None:
+        return f"task {task.name} has inputs that are not every member of its boxes"
+    if getattr(task, "answer_needs", None) is None and case.answer_at is None:
+        return f"task {task.name} does not say which positions its answer reads"
+    return None
+
+
 def _tables(ev: Evaluator) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """Per layer, per head, its keys and values at every (position, token) row (R, m): its maps of
     the embedding (`keys_from_tokens`), by the evaluator's own linear maps."""
@@ -174,7 +177,7 @@ def _tables(ev: Evaluator) -> list[list[tuple[np.ndarray, np.ndarray]]]:
         heads = []
         for hi, h in enumerate(layer.heads):
             maps = [ev._by_rows(len(t.x0), ev._plan(W)[0].size,
-                                lambda r, ctx, W=W, b=b, s=s: ev._lin(W, t.x0[r], b, ctx, f"L{li}.H{hi}.{s}"))[0]
+                                lambda r, ctx, W=W, b=b, name=f"L{li}.H{hi}.{s}": ev._lin(W, t.x0[r], b, ctx, name))[0]
                     for W, b, s in ((h.W_K, h.b_K, "k"), (h.W_V, h.b_V, "v"))]
             heads.append((maps[0], maps[1]))
         out.append(heads)
@@ -197,7 +200,7 @@ def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions) -> tuple[
         if (need < 0).all():
             break
         br = Branches.join([br.take(need < 0), _split(br.take(need >= 0), need[need >= 0], dom, int((need < 0).sum()))])
-    br.X = ev.tables.x0[(L - 1) * V + br.tokens[:, -1]]  # layer 0's input at the last position
+    br.X = cast(_Layer0Tables, ev.tables).x0[(L - 1) * V + br.tokens[:, -1]]  # layer 0's input at the last position
     splits = 0
     for li in range(len(ev.q.layers)):
         done, pending = [], br
@@ -205,8 +208,8 @@ def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions) -> tuple[
             opts.deadline.check()
             bad, score = _certify(ev, tables[li], li, pending, dom)
             ok = ~bad.any(axis=1)
-            done.append(pending.take(ok))
-            rest = pending.take(~ok)
+            done.append(pending.take(np.flatnonzero(ok)))
+            rest = pending.take(np.flatnonzero(~ok))
             at = np.where(bad[~ok], score[~ok], -np.inf).argmax(axis=1)
             splits += len(at)
             pending = _split(rest, at, dom, sum(len(p.tokens) for p in done))
@@ -220,7 +223,7 @@ def _answer_needs(task, case: Case, br: Branches) -> np.ndarray:
     """(B,) per branch, a free position the answer reads (-1: it reads only fixed ones)."""
     if getattr(task, "answer_needs", None) is not None:
         return task.answer_needs(br.tokens, br.fixed)
-    j = case.answer_at[0]
+    j = cast(tuple, case.answer_at)[0]  # `unsupported` saw it
     return np.where(br.fixed[:, j], -1, j)
 
 
