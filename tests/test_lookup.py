@@ -18,8 +18,10 @@ from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.lookup import Lookup
 from verifier.floats import FloatArith, float_format
 from verifier.runs.api import build_problem
+from verifier.support.budget import Deadline, TimedOut
 from verifier.support.errors import InputError, InternalError
 from verifier.tasks import make_task
+from verifier.verdicts import Status
 
 ALL = RunOptions(max_counterexamples=1 << 30)
 
@@ -167,3 +169,30 @@ def test_a_refutation_is_replayed_and_the_unquantized_model_answers_right():
     t = make_task("composition", 2, depth=2, n=2)
     for c in r.counterexamples:
         assert c.expected == t.answer_name(t.answer(np.array(c.tokens))) != c.produced
+
+
+class _PassesAfter(Deadline):
+    """A deadline that passes at its n-th check."""
+
+    def __init__(self, n: int):
+        super().__init__(None)
+        self.n = n
+
+    def check(self) -> None:
+        self.n -= 1
+        if self.n < 0:
+            raise TimedOut()
+
+
+def test_a_timeout_covers_the_cases_decided():
+    """Composition depth 2 at N = 2 has 4 cases; each checks the deadline once per layer (3) at least."""
+    problem = build_problem("composition", N=2, depth=2, n=2, p=8)
+    whole = Lookup().run(problem, RunOptions())
+    checks = [0]
+    counting = Deadline()
+    counting.check = lambda: checks.__setitem__(0, checks[0] + 1)  # type: ignore[method-assign]
+    Lookup().run(problem, RunOptions(deadline=counting))
+    per_case = checks[0] // 4
+    stopped = Lookup().run(problem, RunOptions(deadline=_PassesAfter(2 * per_case + 1)))
+    assert whole.status == Status.COMPLETE and whole.covered == problem.task.total
+    assert stopped.status == Status.TIMEOUT and stopped.covered == 2 * problem.task.total // 4
