@@ -7,12 +7,13 @@ problems it refuses."""
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 import verifier
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
 from verifier.engines import ENGINES, RunOptions, candidates, lookup, plan
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.lookup import Lookup
@@ -51,6 +52,15 @@ def test_composition_agrees_with_enumeration(N, depth, rounding, accumulate):
         for f in (p // 2, p - 1):
             verdicts.add(_agree(_format(base, p, f, rounding, accumulate)))
     assert verdicts == {"proved", "refuted"}
+
+
+@pytest.mark.parametrize("k,top", [(3, 2), (5, 8), (3, 64)])
+def test_grids_agree_with_enumeration(k, top):
+    """A grid of step 1/(4k) (not a power of 2) up to top: (3, 2) fails, (3, 64) proves without
+    splitting, (5, 8) splits every position the layers read."""
+    step = Fraction(1, 4 * k)
+    problem = build_problem("composition", N=2, depth=2, n=2, p=10)
+    _agree(replace(problem, arith=Grid.symmetric(step, Fraction(top), "nearest", "saturate", "product")))
 
 
 @pytest.mark.parametrize("N,sigma,ps", [(4, 2, (3, 4, 6, 8)), (5, 3, (3, 5, 8))])
