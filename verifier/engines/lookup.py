@@ -13,8 +13,9 @@ overflow = saturate and a readout at the last position:
 2. *Branches.*  A branch fixes some positions to tokens; the others keep the case's domains.  At
    layer l, the query is computed from the branch's stream code, and the logit of every (position,
    token of its domain) from the key tables.  Let M be the largest logit of a fixed position.  If
-   every free position's logits are <= M and their exp(s - M) codes (the softmax's own table and
-   clamp, `Fixed.exp_of`) are 0 for every token of its domain, then on every completion of the
+   every free position's largest logit over its domain is <= M and its exp(s - M) code (the
+   softmax's own table and clamp, `Fixed.exp_of`) is 0, then, the table being monotone (checked),
+   every token of the domain has code 0 too, and on every completion of the
    branch the softmax's maximum is M, the free positions' weights are R(0 / Z) = 0 and their
    products in the mix are 0: the head's output is the same on every completion, and it is
    computed exactly by the evaluator's own softmax and mix on one of them (the first).  A branch
@@ -57,7 +58,7 @@ from .base import EngineResult, Found, Problem, RunOptions, Tick, last_position_
 
 MAX_BRANCHES = 1 << 20  # branches alive at once (each holds its tokens and stream)
 CHUNK = 1 << 22  # elements of the largest temporary (branches x candidate rows)
-CHECKED = 8  # leaves also evaluated from their tokens alone
+CHECKED = 8  # leaves also evaluated by the evaluator on another completion (`_same`)
 
 
 @dataclass
