@@ -76,7 +76,7 @@ class Aggregate:
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         model, task = problem.model, problem.task
-        why = last_position_codes(problem, "a saturation in a term the sums forget")
+        why = last_position_codes(problem, opts, "aggregate", "a saturation in a term the sums forget")
         if why is not None:
             return why
         if len(cast(Model, model).layers) != 2:
@@ -88,8 +88,6 @@ class Aggregate:
             return f"task {task.name} does not give its answer as a sum of features"
         if any(case.valid is not None for case in case_splits(task)):
             return f"task {task.name} has inputs that are not every member of its boxes"
-        if not opts.whole(task.total):
-            return "--start/--stop select inputs by enumeration; the aggregate engine decides whole cases"
         return None
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:

@@ -121,10 +121,10 @@ def codes_only(problem: Problem) -> Optional[str]:
             f"and smt engines decide float formats)")
 
 
-def last_position_codes(problem: Problem, saturations: str) -> Optional[str]:
-    """Why an engine of fixed-point codes under overflow = saturate, for softmax attention models read
-    at their last position without their own BOS, cannot run the problem, or None.  `saturations`:
-    what would count under overflow = error that the engine does not see."""
+def last_position_codes(problem: Problem, opts: RunOptions, name: str, saturations: str) -> Optional[str]:
+    """Why engine `name`, of fixed-point codes under overflow = saturate, for softmax attention
+    models read at their last position without their own BOS, deciding whole cases, cannot run the
+    problem, or None.  `saturations`: what would count under overflow = error that it does not see."""
     model = problem.model
     if isinstance(model, Recurrent):
         return "it reads attention layers; a recurrent model has none"
@@ -137,6 +137,8 @@ def last_position_codes(problem: Problem, saturations: str) -> Optional[str]:
         return "it decides softmax attention layers"
     if model.bos is not None or model.readout.positions != "last":
         return "it decides a readout at the last position of a model without its own BOS"
+    if not opts.whole(problem.task.total):
+        return f"--start/--stop select inputs by enumeration; the {name} engine decides whole cases"
     return None
 
 

@@ -108,7 +108,7 @@ class Lookup:
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         task = problem.task
-        why = last_position_codes(problem, "the saturations at positions no layer reads")
+        why = last_position_codes(problem, opts, "lookup", "the saturations at positions no layer reads")
         if why is not None:
             return why
         why = keys_from_tokens(cast(Model, problem.model))
@@ -119,8 +119,6 @@ class Lookup:
         why = _unchased(task, next(iter(case_splits(task))))  # the first case (index lookup at N = 1024 has 524,800)
         if why is not None:
             return why
-        if not opts.whole(task.total):
-            return "--start/--stop select inputs by enumeration; the lookup engine decides whole cases"
         return None
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
