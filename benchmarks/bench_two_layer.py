@@ -1,5 +1,6 @@
-"""The engines for two layers (bounds, aggregate), from one run.  Run by hand:
-python benchmarks/bench_two_layer.py [--budget 60] [--largest 1024] [--tasks mqar,equality]
+"""The engines for two layers (bounds, aggregate) and for lookups layer after layer (lookup), from
+one run.  Run by hand:
+python benchmarks/bench_two_layer.py [--budget 60] [--largest 1024] [--tasks mqar,equality,composition]
 python benchmarks/bench_two_layer.py --below [--budget 180]
 
 For each two-layer construction (induction heads, sigma = 3, designed, FX(24, 4): p fixed for every N,
@@ -7,7 +8,9 @@ since the previous-token head's quadratic score needs 4 (N - 1)^2 below 2^19 at 
 nearest neighbour at p = 16, f = 8, where they are proved up to N = 64, by the bounds engine;
 equality and disjointness by the aggregate engine at their frontier's p*(N) = 2 log2 N and
 2 log2 N + 4, f = p/2: with more fraction bits a far key's weight no longer rounds to 0, the first
-layer reads every position, and the engine refuses), N doubling from 4:
+layer reads every position, and the engine refuses); L-fold composition at depths 2, 3 and 4 (n = 2) by
+the lookup engine at FX(20, 8) (lambda grows with N: at p = 16 it saturates from N = 16 at depth 2),
+N doubling from 2; the others' from 4:
 
 * the new engine's seconds (engine seconds: the problem's construction, the replay and the sample
   check are left out), or why it refuses the problem;
@@ -36,7 +39,9 @@ from verifier.verdicts import Status
 CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3), "bounds"), ("mqar", dict(p=16), "bounds"),
                  ("nearest_neighbour", dict(p=16), "bounds"),
                  ("equality", dict(p=lambda N: 2 * int(math.log2(N))), "aggregate"),
-                 ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate")]
+                 ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate")] + [
+                 ("composition", dict(depth=L, n=2, p=20, f=8), "lookup") for L in (2, 3, 4)]
+SMALLEST = {"composition": 2}  # the first N (4 otherwise)
 BELOW = [("mqar", 32, 12), ("mqar", 64, 13), ("mqar", 64, 14), ("mqar", 64, 15), ("mqar", 64, 16),
          ("nearest_neighbour", 32, 10), ("nearest_neighbour", 64, 10), ("nearest_neighbour", 64, 11),
          ("nearest_neighbour", 64, 16)]
@@ -80,7 +85,7 @@ def main() -> None:
         print(f"{task} ({fixed}), engine seconds, budget {args.budget:.0f} s")
         proved: list[tuple[int, float]] = []
         baseline_on = True
-        N = 4
+        N = SMALLEST.get(task, 4)
         while N <= args.largest:
             problem = verifier.build_problem(task, N=N, **{k: v(N) if callable(v) else v for k, v in kw.items()})
             if proved and proved[-1][0] != N // 2:  # the new engine stopped proving: only today's go on

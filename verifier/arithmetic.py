@@ -346,6 +346,13 @@ class Fixed:
         """The correctly rounded codes R(exp(d step)) for d = dmin .. 0 (`exp_codes`)."""
         return exp_codes(self.num, self.den, self.lo, self.hi, self.rounding)
 
+    def exp_of(self, raw: np.ndarray) -> np.ndarray:
+        """The exp code softmax gives a logit s with s - M = raw (raw <= 0 where s takes part in M)."""
+        dmin, table = self.exp_table()
+        # d = sat(raw) in lo .. 0 (allowed entries are <= 0; masked ones may be anything), read in the
+        # table at max(d, dmin): one clamp to max(lo, dmin) .. 0 (np.clip is slower on int64)
+        return table[np.minimum(np.maximum(raw, max(self.lo, dmin)), 0) - dmin]
+
     # -- interval bounds (the bounds engine: docs/bounds-engine.md) ----------------------------
     dtype = np.int64  # of a value array
 
@@ -467,15 +474,11 @@ class Fixed:
         if ctx.watch:
             under = raw < self.lo
             ctx.note(f"{name}.d", under if allowed is None else under & allowed)
-        dmin, table = self.exp_table()
-        # d = sat(raw) in lo .. 0 (allowed entries are <= 0; masked ones may be anything), read in the
-        # table at max(d, dmin): one clamp to max(lo, dmin) .. 0 (np.clip is slower on int64)
-        d = np.minimum(np.maximum(raw, max(self.lo, dmin)), 0)
-        e = table[d - dmin]
+        e = self.exp_of(raw)
         if allowed is not None:
             e = np.where(allowed, e, 0)
         if ctx.watch and self.exp0_saturates:
-            top = d == 0
+            top = raw == 0  # d = 0: the allowed entries are <= 0
             ctx.note(f"{name}.exp", top if allowed is None else top & allowed)  # exp(0) = 1 is not representable
         Z = e.sum(-1, keepdims=True)
         a = self.sat(self.round_div(self.times_den(e), self.scale_num(Z)), ctx, f"{name}.attn")

@@ -24,6 +24,7 @@ import numpy as np
 
 from .arithmetic import Ctx, Fixed
 from .floats import FloatArith
+from .model import Model
 from .support.budget import Deadline, require_memory
 
 _EXACT_FLOAT = 1 << 53  # integers below this are exact in float64, and so are their sums
@@ -44,6 +45,35 @@ class ClassTable:
     @property
     def classes(self) -> int:
         return len(self.values)
+
+
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+def keys_from_tokens(model: Model) -> Optional[str]:
+    """Why some layer's keys or values are not a function of (position, token), or None: every
+    layer before the last is residual, and each layer's key and value maps read only columns the
+    layers before it leave as they are (zero rows of their W_O, b_O, W2, b2).  Adding a zero code
+    changes no code, so such a layer's keys and values are its maps of the embedding: tables over
+    (position, token) like layer 0's."""
+    def name(li: int) -> str:
+        return _ORDINALS[li] if li < len(_ORDINALS) else f"number {li + 1}"
+
+    writes = np.zeros(model.d, dtype=bool)
+    for li, layer in enumerate(model.layers):
+        reads = np.zeros(model.d, dtype=bool)
+        for h in layer.heads:
+            reads |= np.any(h.W_K != 0, axis=0) | np.any(h.W_V != 0, axis=0)
+        if (reads & writes).any():
+            n = int((reads & writes).sum())
+            earlier = "its first layer writes" if li == 1 else "the layers before it write"
+            return f"its {name(li)} layer's keys or values read {n} column{'s' if n > 1 else ''} {earlier}"
+        if not layer.residual and li < len(model.layers) - 1:
+            return f"its {name(li)} layer is not residual"
+        writes |= np.any(layer.W_O != 0, axis=1) | (layer.b_O is not None and layer.b_O != 0)
+        if layer.has_ffn:
+            writes |= np.any(layer.W2 != 0, axis=1) | (layer.b2 is not None and layer.b2 != 0)
+    return None
 
 
 def class_table(fx: "Fixed | FloatArith", E: np.ndarray, P: np.ndarray, P_mask: np.ndarray, W: np.ndarray,

@@ -15,11 +15,13 @@ from .base import Engine, EngineResult, Found, Problem, RunOptions, Tick
 from .bounds import Bounds
 from .cost import enumeration_seconds
 from .exhaustive import Exhaustive
+from .lookup import Lookup
 from .reach import Reach
 from .smt import Smt
 
 ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt(), "smt-bv": Smt("bv"), "smt-int": Smt("int"),
-                              "reach": Reach(), "bounds": Bounds(), "aggregate": Aggregate()}
+                              "reach": Reach(), "bounds": Bounds(), "aggregate": Aggregate(),
+                              "lookup": Lookup()}
 AUTO_ENUMERATE_SECONDS = 120.0  # auto enumerates below this estimate: its cost is known, a solver's is not
 
 
@@ -32,8 +34,10 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     so (`answer_cases`: MQAR, nearest neighbour), or a readout at every position
     has cases of the last position that do (induction heads); the aggregate engine when the task's
     answer is a sum of features (equality, disjointness: it declines a model it does not fit); the
-    SMT engine; and enumeration as the last resort.  An engine that cannot decide the problem is
-    left out; InputError when none can."""
+    lookup engine when every layer's keys and values are tables over (position, token) and the task
+    says which positions its answer reads (composition; it declines other models); the SMT engine;
+    and enumeration as the last resort.  An engine that cannot decide the problem is left out;
+    InputError when none can."""
     seconds = enumeration_seconds(problem, opts)
     estimate = (f"enumerating {count_text(opts.size(problem.task.total))} inputs "
                 + (f"would take about {seconds:.2g} s" if math.isfinite(seconds) else "is out of reach"))
@@ -51,6 +55,8 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
         order.append(("bounds", estimate + "; the cases of the last position say which position holds the answer"))
     if getattr(problem.task, "feature_sum", None) is not None:
         order.append(("aggregate", estimate + "; the answer is a sum of features of blocks the first layer reads"))
+    order.append(("lookup", estimate + "; every layer's keys and values are tables over (position, token), looked "
+                                       "up at the last position"))
     order += [("smt", estimate), ("exhaustive", estimate)]
     chosen: list[tuple[Engine, str]] = []
     reasons: list[str] = []

@@ -45,14 +45,14 @@ import numpy as np
 
 from ..arithmetic import Fixed
 from ..evaluator import Evaluator, _Layer0Tables
-from ..model import Model, Recurrent
+from ..model import Model
 from ..support.budget import TimedOut, TooLarge
 from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import FeatureSum, case_splits, membership
 from ..tasks.product import product_rows
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
+from .base import EngineResult, Found, Problem, RunOptions, Tick, last_position_codes
 
 MAX_ASSIGNMENTS = 1 << 12  # token assignments of one block
 MAX_STATES = 1 << 20  # reachable states after a block (rows of the dynamic program)
@@ -76,26 +76,18 @@ class Aggregate:
 
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         model, task = problem.model, problem.task
-        if isinstance(model, Recurrent):
-            return "it reads two attention layers; a recurrent model has none"
-        why = codes_only(problem)
+        why = last_position_codes(problem, opts, "aggregate", "a saturation in a term the sums forget")
         if why is not None:
             return why
-        if problem.arith.overflow != "saturate":
-            return "it takes overflow = saturate (under error, a saturation in a term the sums forget would count)"
-        if len(model.layers) != 2 or any(layer.attention != "softmax" for layer in model.layers):
+        if len(cast(Model, model).layers) != 2:
             return "it decides two softmax layers, the second averaging the first at the readout"
-        if model.bos is not None or model.readout.positions != "last":
-            return "it decides a readout at the last position of a model without its own BOS"
-        why = _not_average(model)
+        why = _not_average(cast(Model, model))
         if why is not None:
             return why
         if getattr(task, "feature_sum", None) is None or task.cases is None:
             return f"task {task.name} does not give its answer as a sum of features"
         if any(case.valid is not None for case in case_splits(task)):
             return f"task {task.name} has inputs that are not every member of its boxes"
-        if not opts.whole(task.total):
-            return "--start/--stop select inputs by enumeration; the aggregate engine decides whole cases"
         return None
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:

@@ -121,6 +121,27 @@ def codes_only(problem: Problem) -> Optional[str]:
             f"and smt engines decide float formats)")
 
 
+def last_position_codes(problem: Problem, opts: RunOptions, name: str, saturations: str) -> Optional[str]:
+    """Why engine `name`, of fixed-point codes under overflow = saturate, for softmax attention
+    models read at their last position without their own BOS, deciding whole cases, cannot run the
+    problem, or None.  `saturations`: what would count under overflow = error that it does not see."""
+    model = problem.model
+    if isinstance(model, Recurrent):
+        return "it reads attention layers; a recurrent model has none"
+    why = codes_only(problem)
+    if why is not None:
+        return why
+    if problem.arith.overflow != "saturate":
+        return f"it takes overflow = saturate (under error, {saturations} would count)"
+    if any(layer.attention != "softmax" for layer in model.layers):
+        return "it decides softmax attention layers"
+    if model.bos is not None or model.readout.positions != "last":
+        return "it decides a readout at the last position of a model without its own BOS"
+    if not opts.whole(problem.task.total):
+        return f"--start/--stop select inputs by enumeration; the {name} engine decides whole cases"
+    return None
+
+
 class Engine(Protocol):
     name: str
     symbolic: bool  # its proofs are not evaluations of every input: `api` sample-checks them

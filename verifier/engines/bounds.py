@@ -71,7 +71,7 @@ from ..arithmetic import Arithmetic, Fixed, any_per_row, lowest
 from ..evaluator import Evaluator, fitting_evaluator
 from ..floats import FloatArith
 from ..int8 import Int8Arith
-from ..layer0 import ClassTable, class_table, embedding_overflow, score_table, state_table
+from ..layer0 import ClassTable, class_table, embedding_overflow, keys_from_tokens, score_table, state_table
 from ..locality import Window, first_layer_window, window_states
 from ..model import Model, Recurrent
 from ..support.budget import Deadline, TimedOut, TooLarge, fmt_bytes, require_memory
@@ -192,26 +192,14 @@ def _not_certified(model: Model) -> Optional[str]:
 
 def _not_query_only(model: Model) -> Optional[str]:
     """Why a two-layer model's second layer is not one whose keys and values read only columns the
-    first layer leaves as they are (zero rows of its W_O, b_O, W2, b2, residual), or None.  Then the
-    second layer's keys and values are functions of (position, token), as layer 0's are, and only
-    its query, at the last position, reads the first layer's output."""
+    first layer leaves as they are (`layer0.keys_from_tokens`), or None.  Then the second layer's
+    keys and values are functions of (position, token), as layer 0's are, and only its query, at
+    the last position, reads the first layer's output."""
     if len(model.layers) != 2:
         return f"it has {len(model.layers)} layers, not two"
-    first, second = model.layers
     if model.readout.positions != "last":
         return "its readout is not at the last position only"
-    if not first.residual:
-        return "its first layer is not residual"
-    reads = np.zeros(model.d, dtype=bool)
-    for h in second.heads:
-        reads |= np.any(h.W_K != 0, axis=0) | np.any(h.W_V != 0, axis=0)
-    writes = np.any(first.W_O != 0, axis=1) | (first.b_O is not None and first.b_O != 0)
-    if first.has_ffn:
-        writes = writes | np.any(first.W2 != 0, axis=1) | (first.b2 is not None and first.b2 != 0)
-    if (reads & writes).any():
-        n = int((reads & writes).sum())
-        return f"its second layer's keys or values read {n} column{'s' if n > 1 else ''} its first layer writes"
-    return None
+    return keys_from_tokens(model)
 
 
 def _not_query_only_problem(problem: Problem) -> Optional[str]:

@@ -114,6 +114,24 @@ class Composition(ProductTask):
             i = tokens[rows, self.block_start[l] + e] - self.value_base[l]
         return np.where(valid, i, -1), valid
 
+    def answer_needs(self, tokens: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+        """Per partial assignment (tokens (B, L), and which positions are fixed (B, L)): the first
+        position the answer reads that is not fixed, chasing z_0 -> z_1(i_0) -> ... -> z_L(w_{L-1}, i_{L-1});
+        -1 when every position it reads is fixed (then the answer is the same on every completion)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        B, T = tokens.shape
+        rows = np.arange(B)
+        need = np.where(~fixed[:, T - 1], T - 1, np.where(~fixed[:, T - 2], T - 2, -1))
+        w = np.array(self.queries, dtype=np.int64).reshape(len(self.queries), -1)
+        w = w[np.clip(tokens[:, -1] - self.first_query, 0, len(self.queries) - 1)]
+        i = np.clip(tokens[:, -2] - self.value_base[0], 0, self.N - 1)
+        for l in range(1, self.depth + 1):
+            e = i if l == 1 else w[:, l - 2] * self.sizes[l - 2] + i
+            pos = self.block_start[l] + e
+            need = np.where((need < 0) & ~fixed[rows, pos], pos, need)
+            i = np.clip(tokens[rows, pos] - self.value_base[l], 0, self.sizes[l - 1] - 1)
+        return need
+
     def case_truth(self, c: int) -> Callable:
         z0, w = divmod(c, len(self.queries))
         w = self.queries[w]

@@ -1,0 +1,208 @@
+"""The lookup engine (verifier/engines/lookup.py) against enumeration: L-fold composition (Chen,
+Peng, Wu 2024, arXiv:2412.02975) at depths 2 and 3 and index lookup (Bhattamishra et al. 2024,
+arXiv:2406.09347), at p on both sides of the failures, every rounding and accumulation, and random
+perturbations of the weights that keep the shape; a loosened certificate caught; the models and
+problems it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import verifier
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
+from verifier.engines import ENGINES, RunOptions, candidates, lookup, plan
+from verifier.engines.exhaustive import Exhaustive
+from verifier.engines.lookup import Lookup
+from verifier.floats import FloatArith, float_format
+from verifier.runs.api import build_problem
+from verifier.support.budget import Deadline, TimedOut
+from verifier.support.errors import InputError, InternalError
+from verifier.tasks import make_task
+from verifier.verdicts import Status
+
+ALL = RunOptions(max_counterexamples=1 << 30)
+
+
+def _agree(problem) -> str:
+    """Both engines on the problem: the same failing inputs (as a set) and smallest margin."""
+    mine, theirs = Lookup().run(problem, ALL), Exhaustive().run(problem, ALL)
+    assert {f.index for f in mine.found} == {f.index for f in theirs.found}
+    assert mine.covered == problem.task.total
+    assert mine.min_margin == pytest.approx(theirs.min_margin)
+    return "refuted" if theirs.found else "proved"
+
+
+def _format(problem, p: int, f: int, rounding: str = "floor", accumulate: str = "product"):
+    return replace(problem, arith=FixedPoint(p, f, rounding, "saturate", accumulate))
+
+
+@pytest.mark.parametrize("N,depth", [(2, 2), (1, 3)])
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("accumulate", ACCUMULATES)
+def test_composition_agrees_with_enumeration(N, depth, rounding, accumulate):
+    """p = 4, 8, 12 at f = p / 2 and at f = p - 1 (too small a range for lambda: it fails), both
+    verdicts compared."""
+    verdicts = set()
+    for p in (4, 8, 12):
+        base = build_problem("composition", N=N, depth=depth, n=2, p=p)
+        for f in (p // 2, p - 1):
+            verdicts.add(_agree(_format(base, p, f, rounding, accumulate)))
+    assert verdicts == {"proved", "refuted"}
+
+
+@pytest.mark.parametrize("k,top", [(3, 2), (5, 8), (3, 64)])
+def test_grids_agree_with_enumeration(k, top):
+    """A grid of step 1/(4k) (not a power of 2) up to top: (3, 2) fails, (3, 64) proves without
+    splitting, (5, 8) splits every position the layers read."""
+    step = Fraction(1, 4 * k)
+    problem = build_problem("composition", N=2, depth=2, n=2, p=10)
+    _agree(replace(problem, arith=Grid.symmetric(step, Fraction(top), "nearest", "saturate", "product")))
+
+
+@pytest.mark.parametrize("N,sigma,ps", [(4, 2, (3, 4, 6, 8)), (5, 3, (3, 5, 8))])
+def test_index_lookup_agrees_with_enumeration(N, sigma, ps):
+    assert {_agree(build_problem("index_lookup", N=N, sigma=sigma, p=p)) for p in ps} == {"proved", "refuted"}
+
+
+def _perturbed(problem, rng: np.random.Generator):
+    """Noise on the construction that keeps its shape: the maps the keys and values read and the
+    layers' writes only where they are non-zero (so no key reads a column a layer writes); the
+    embeddings, queries and readout anywhere; in a random fixed-point format."""
+    scale = float(rng.choice([0.02, 0.1, 0.5]))
+
+    def noise(name: str, w: np.ndarray) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        shake = rng.normal(0, scale * (np.abs(w).max(initial=0) + 0.1), size=w.shape) * (rng.random(w.shape) < 0.3)
+        if name[-3:] in ("W_K", "W_V", "W_O", "b_K", "b_V", "b_O") or name.endswith(("W2", "b2")):
+            shake = shake * (w != 0)
+        return w + shake
+
+    p = int(rng.integers(5, 13))
+    arith = FixedPoint(p, int(rng.integers(1, p - 1)), str(rng.choice(ROUNDINGS)), "saturate",
+                       str(rng.choice(ACCUMULATES)))
+    return replace(problem, model=problem.model.map_arrays(noise), arith=arith)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_models_of_the_shape_agree_with_enumeration(seed):
+    rng = np.random.default_rng(seed)
+    N, depth = [(2, 2), (1, 3)][seed % 2]
+    problem = _perturbed(build_problem("composition", N=N, depth=depth, n=2, p=10), rng)
+    assert Lookup().unsupported(problem, ALL) is None
+    _agree(problem)
+
+
+def test_a_loosened_certificate_is_caught(monkeypatch):
+    """Not requiring exp codes of 0 (only logits <= M) takes a position that weighs as one that adds
+    nothing: the streams checked on other completions disagree, and no verdict is given."""
+    problem = build_problem("composition", N=2, depth=2, n=2, p=12)  # f = 6: the far keys' exp codes are not 0
+    assert Lookup().run(problem, ALL).stats["certificate_splits"] > 0
+    monkeypatch.setattr(lookup, "certified", lambda arith, smax, M: smax <= M[:, None])
+    with pytest.raises(InternalError, match="a certificate is wrong"):
+        Lookup().run(problem, ALL)
+
+
+def test_the_answer_chase_is_the_ground_truth():
+    """On every input of depth 3, with random positions fixed: where the chase says the answer reads
+    only fixed positions, changing every free one leaves the answer as it was."""
+    t = make_task("composition", 1, depth=3, n=2)
+    rng = np.random.default_rng(0)
+    tokens = np.array([t.decode(i) for i in range(t.total)])
+    fixed = rng.random(tokens.shape) < 0.6
+    need = t.answer_needs(tokens, fixed)
+    other = np.array([t.decode(i) for i in rng.integers(0, t.total, len(tokens))])
+    mixed = np.where(fixed, tokens, other)
+    assert (need < 0).any() and (need >= 0).any()
+    assert np.array_equal(t.evaluate(mixed)[0][need < 0], t.evaluate(tokens)[0][need < 0])
+    assert not fixed[np.flatnonzero(need >= 0), need[need >= 0]].any()
+
+
+def test_the_target_size_is_decided():
+    """Composition L = 4 at N = 2 (5.07e30 inputs, 16 cases of 1,024 leaves): proved at p = 16."""
+    problem = build_problem("composition", N=2, depth=4, n=2, p=16)
+    result = Lookup().run(problem, RunOptions())
+    assert result.covered == problem.task.total and not result.found
+    assert result.stats["lookup_leaves"] == 16 * 1024
+
+
+def test_a_key_reading_a_written_column_is_refused():
+    problem = build_problem("composition", N=2, depth=2, n=2, p=10)
+    model = problem.model
+    layer = model.layers[1]
+    written = int(np.flatnonzero(np.any(model.layers[0].W_O != 0, axis=1))[0])  # R_0, which layer 0 writes
+    W_K = layer.heads[0].W_K.copy()
+    W_K[0, written] = 1.0
+    bent = replace(model, layers=[model.layers[0], replace(layer, heads=[replace(layer.heads[0], W_K=W_K)]),
+                                  *model.layers[2:]])
+    problem = replace(problem, model=bent)
+    why = Lookup().unsupported(problem, ALL)
+    assert why is not None and "second layer's keys or values read 1 column its first layer writes" in why
+    with pytest.raises(InputError, match="engine lookup cannot decide"):
+        plan("lookup", problem, ALL)
+
+
+def test_what_it_refuses():
+    problem = build_problem("composition", N=2, depth=2, n=2, p=10)
+    engine = Lookup()
+    assert engine.unsupported(problem, ALL) is None
+    assert "overflow = saturate" in engine.unsupported(replace(problem, arith=FixedPoint(10, 5, "floor", "error")), ALL)
+    bf16 = FloatArith(float_format("bf16"), float_format("fp32"), "nearest", "saturate")
+    assert "float format" in engine.unsupported(replace(problem, arith=bf16), ALL)
+    assert "--start/--stop" in engine.unsupported(problem, RunOptions(start=1))
+    assert "first layer writes" in engine.unsupported(build_problem("equality", N=4, p=8), ALL)
+    unchased = build_problem("composition", N=2, depth=2, n=2, p=10)
+    unchased.task.answer_needs = None  # the task no longer says which positions its answer reads
+    assert "does not say which positions its answer reads" in engine.unsupported(unchased, ALL)
+
+
+def test_too_many_branches_is_refused_before_allocating(monkeypatch):
+    """A case of N = 2, depth 3 has 2 x 4 x 8 = 64 leaves."""
+    monkeypatch.setattr(lookup, "MAX_BRANCHES", 40)
+    with pytest.raises(lookup.TooLarge, match="more than 40 branches"):
+        Lookup().run(build_problem("composition", N=2, depth=3, n=2, p=12), RunOptions())
+
+
+def test_auto_takes_it_for_composition_beyond_enumeration():
+    problem = build_problem("composition", N=2, depth=4, n=2, p=16)
+    engine, why = candidates(problem, RunOptions())[0]
+    assert engine is ENGINES["lookup"] and "tables over (position, token)" in why
+
+
+def test_a_refutation_is_replayed_and_the_unquantized_model_answers_right():
+    """f = 7 of p = 8 leaves a range of [-1, 1): lambda saturates; api replays the counterexample."""
+    r = verifier.prove("composition", N=2, depth=2, n=2, p=8, f=7, engine="lookup", max_counterexamples=5)
+    assert r.verdict == "refuted" and len(r.counterexamples) == 5
+    t = make_task("composition", 2, depth=2, n=2)
+    for c in r.counterexamples:
+        assert c.expected == t.answer_name(t.answer(np.array(c.tokens))) != c.produced
+
+
+class _PassesAfter(Deadline):
+    """A deadline that passes at its n-th check."""
+
+    def __init__(self, n: int):
+        super().__init__(None)
+        self.n = n
+
+    def check(self) -> None:
+        self.n -= 1
+        if self.n < 0:
+            raise TimedOut()
+
+
+def test_a_timeout_covers_the_cases_decided():
+    """Composition depth 2 at N = 2 has 4 cases; each checks the deadline once per layer (3) at least."""
+    problem = build_problem("composition", N=2, depth=2, n=2, p=8)
+    whole = Lookup().run(problem, RunOptions())
+    checks = [0]
+    counting = Deadline()
+    counting.check = lambda: checks.__setitem__(0, checks[0] + 1)  # type: ignore[method-assign]
+    Lookup().run(problem, RunOptions(deadline=counting))
+    per_case = checks[0] // 4
+    stopped = Lookup().run(problem, RunOptions(deadline=_PassesAfter(2 * per_case + 1)))
+    assert whole.status == Status.COMPLETE and whole.covered == problem.task.total
+    assert stopped.status == Status.TIMEOUT and stopped.covered == 2 * problem.task.total // 4
