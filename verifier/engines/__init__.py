@@ -15,11 +15,13 @@ from .base import Engine, EngineResult, Found, Problem, RunOptions, Tick
 from .bounds import Bounds
 from .cost import enumeration_seconds
 from .exhaustive import Exhaustive
+from .prefix import Prefix
 from .reach import Reach
 from .smt import Smt
 
 ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt(), "smt-bv": Smt("bv"), "smt-int": Smt("int"),
-                              "reach": Reach(), "bounds": Bounds(), "aggregate": Aggregate()}
+                              "reach": Reach(), "bounds": Bounds(), "aggregate": Aggregate(),
+                              "prefix": Prefix()}
 AUTO_ENUMERATE_SECONDS = 120.0  # auto enumerates below this estimate: its cost is known, a solver's is not
 
 
