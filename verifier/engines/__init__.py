@@ -51,6 +51,9 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     elif getattr(type(problem.task), "last_position_cases", None) is not None and \
             getattr(problem.model.readout, "positions", "last") == "all":
         order.append(("bounds", estimate + "; the cases of the last position say which position holds the answer"))
+    if problem.task.dfa is not None:
+        order.append(("prefix", estimate + "; a DFA task, and a transformer whose heads average, write nothing or "
+                                          "are local: every prefix at once"))
     if getattr(problem.task, "feature_sum", None) is not None:
         order.append(("aggregate", estimate + "; the answer is a sum of features of blocks the first layer reads"))
     order += [("smt", estimate), ("exhaustive", estimate)]
