@@ -83,8 +83,8 @@ def test_the_counts_merge():
 
 
 def _rows(problem, monkeypatch) -> tuple[set, set]:
-    """The last layer's output rows the engine reads out (every candidate's), and those of every
-    position of every input (enumeration)."""
+    """The last layer's output rows the engine reads out, every column of them computed (`_live`
+    says every column is read), and those at every position of every input (enumeration)."""
     seen: set[tuple] = set()
     scores = Evaluator.scores
 
@@ -94,6 +94,7 @@ def _rows(problem, monkeypatch) -> tuple[set, set]:
 
     with monkeypatch.context() as m:
         m.setattr(Evaluator, "scores", spy)
+        m.setattr(prefix, "_live", lambda q, kinds: [np.arange(q.d)] * len(q.layers))
         assert not Prefix().run(problem, RunOptions()).found
     task, ev = problem.task, Evaluator(problem.model, problem.arith)
     every: set[tuple] = set()
