@@ -1,5 +1,5 @@
-"""The engines for two layers (bounds, aggregate), from one run.  Run by hand:
-python benchmarks/bench_two_layer.py [--budget 60] [--largest 1024] [--tasks mqar,equality]
+"""The engines for two layers (bounds, aggregate, prefix), from one run.  Run by hand:
+python benchmarks/bench_two_layer.py [--budget 60] [--baseline-budget 60] [--largest 1024] [--tasks mqar,equality]
 python benchmarks/bench_two_layer.py --below [--budget 180]
 
 For each two-layer construction (induction heads, sigma = 3, designed, FX(24, 4): p fixed for every N,
@@ -7,7 +7,10 @@ since the previous-token head's quadratic score needs 4 (N - 1)^2 below 2^19 at 
 nearest neighbour at p = 16, f = 8, where they are proved up to N = 64, by the bounds engine;
 equality and disjointness by the aggregate engine at their frontier's p*(N) = 2 log2 N and
 2 log2 N + 4, f = p/2: with more fraction bits a far key's weight no longer rounds to 0, the first
-layer reads every position, and the engine refuses), N doubling from 4:
+layer reads every position, and the engine refuses); the Dyck-(2,2) transformer (three layers, two
+of them attending) by the prefix engine at f = log2 N + 1 and p = 3 log2 N + 5, the smallest p it
+proves at N = 8, 16, 32 (below, its previous-token head's window is wider than the engine takes, and
+it refuses), N doubling from 4:
 
 * the new engine's seconds (engine seconds: the problem's construction, the replay and the sample
   check are left out), or why it refuses the problem;
@@ -36,7 +39,8 @@ from verifier.verdicts import Status
 CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3), "bounds"), ("mqar", dict(p=16), "bounds"),
                  ("nearest_neighbour", dict(p=16), "bounds"),
                  ("equality", dict(p=lambda N: 2 * int(math.log2(N))), "aggregate"),
-                 ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate")]
+                 ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate"),
+                 ("dyck22", dict(p=lambda N: 3 * int(math.log2(N)) + 5, f=lambda N: int(math.log2(N)) + 1), "prefix")]
 BELOW = [("mqar", 32, 12), ("mqar", 64, 13), ("mqar", 64, 14), ("mqar", 64, 15), ("mqar", 64, 16),
          ("nearest_neighbour", 32, 10), ("nearest_neighbour", 64, 10), ("nearest_neighbour", 64, 11),
          ("nearest_neighbour", 64, 16)]
@@ -63,6 +67,7 @@ def engine_run(name: str, problem, budget: float) -> tuple[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--baseline-budget", type=float, default=None, help="today's engines' budget (default: --budget)")
     ap.add_argument("--largest", type=int, default=256)
     ap.add_argument("--tasks", default=",".join(t for t, _, _ in CONSTRUCTIONS), help="comma-separated")
     ap.add_argument("--below", action="store_true", help="the runs just below p* (BELOW), then stop")
@@ -89,7 +94,8 @@ def main() -> None:
                 vb, tb = engine_run(new, problem, args.budget)
             line = f"  N={N:<4} {new} {vb if vb.startswith('refused') else f'{vb:<8} {tb:7.2f} s'}"
             if baseline_on:
-                runs = [(name,) + engine_run(name, problem, args.budget) for name in ("exhaustive", "smt")]
+                runs = [(name,) + engine_run(name, problem, args.baseline_budget or args.budget)
+                        for name in ("exhaustive", "smt")]
                 decided = [r for r in runs if r[1] in ("proved", "refuted")]
                 if decided:
                     name, vs, ts = min(decided, key=lambda r: r[2])

@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import declines_formats
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import ENGINES, RunOptions, candidates, prefix
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.prefix import Prefix, basis_columns
 from verifier.evaluator import Evaluator
-from verifier.floats import FloatArith, float_format
 from verifier.runs.api import build_problem
 from verifier.support.errors import InternalError
 
@@ -101,7 +101,7 @@ def _rows(problem, monkeypatch) -> tuple[set, set]:
     for n in range(1, task.N + 1):
         tokens = np.array([task.decode(i) for i in range(task.count_up_to(n - 1), task.count_up_to(n))])
         values: dict = {}
-        ev.forward(tokens, rec=lambda name, v: values.__setitem__(name, v))
+        ev.forward(tokens, rec=values.__setitem__)
         every.update(map(tuple, values[f"L{len(problem.model.layers) - 1}.out"].reshape(-1, ev.q.d).tolist()))
     return seen, every
 
@@ -151,11 +151,7 @@ def test_auto_takes_it_for_the_dyck_transformer_out_of_enumeration_reach():
 def test_what_it_declines():
     problem = build_problem("dyck22", N=4, p=12, f=3)
     engine = Prefix()
-    assert engine.unsupported(problem, RunOptions()) is None
-    assert "overflow = saturate" in engine.unsupported(replace(problem, arith=FixedPoint(12, 3, "floor", "error")),
-                                                       RunOptions())
-    bf16 = FloatArith(float_format("bf16"), float_format("fp32"), "nearest", "saturate")
-    assert "float format" in engine.unsupported(replace(problem, arith=bf16), RunOptions())
+    declines_formats(engine, problem)
     model = problem.model
     third = model.layers[2]
     reading = replace(third, heads=[replace(third.heads[0], W_Q=np.ones_like(third.heads[0].W_Q),

@@ -52,7 +52,7 @@ from ..tasks import Case
 from ..tasks.base import FeatureSum, case_splits, membership
 from ..tasks.product import product_rows
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
+from .base import EngineResult, Found, Problem, RunOptions, Tick, saturating_codes
 
 MAX_ASSIGNMENTS = 1 << 12  # token assignments of one block
 MAX_STATES = 1 << 20  # reachable states after a block (rows of the dynamic program)
@@ -78,11 +78,9 @@ class Aggregate:
         model, task = problem.model, problem.task
         if isinstance(model, Recurrent):
             return "it reads two attention layers; a recurrent model has none"
-        why = codes_only(problem)
+        why = saturating_codes(problem, "the sums forget")
         if why is not None:
             return why
-        if problem.arith.overflow != "saturate":
-            return "it takes overflow = saturate (under error, a saturation in a term the sums forget would count)"
         if len(model.layers) != 2 or any(layer.attention != "softmax" for layer in model.layers):
             return "it decides two softmax layers, the second averaging the first at the readout"
         if model.bos is not None or model.readout.positions != "last":

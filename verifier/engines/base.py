@@ -121,6 +121,16 @@ def codes_only(problem: Problem) -> Optional[str]:
             f"and smt engines decide float formats)")
 
 
+def saturating_codes(problem: Problem, forgotten: str) -> Optional[str]:
+    """Why an engine that keeps exact sums of fixed-point terms, and forgets which terms made them,
+    cannot run the problem, or None: it needs codes, and overflow = saturate (under error, a
+    saturation in a term `forgotten` would count)."""
+    why = codes_only(problem)
+    if why is None and problem.arith.overflow != "saturate":
+        why = f"it takes overflow = saturate (under error, a saturation in a term {forgotten} would count)"
+    return why
+
+
 class Engine(Protocol):
     name: str
     symbolic: bool  # its proofs are not evaluations of every input: `api` sample-checks them

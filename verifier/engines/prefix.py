@@ -56,7 +56,7 @@ from ..support.budget import TimedOut, TooLarge
 from ..support.errors import InternalError
 from ..verdicts import Status
 from .aggregate import uniform
-from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
+from .base import EngineResult, Found, Problem, RunOptions, Tick, saturating_codes
 
 MAX_STATES = 1 << 23  # candidate pairs (kept pairs x symbols) of one length
 CHUNK = 1 << 15  # candidate pairs computed at once
@@ -132,11 +132,9 @@ class Prefix:
         model, task = problem.model, problem.task
         if not isinstance(model, Model):
             return "it decides transformers (the reach engine decides recurrent models)"
-        why = codes_only(problem)
+        why = saturating_codes(problem, "of a merged prefix")
         if why is not None:
             return why
-        if problem.arith.overflow != "saturate":
-            return "it takes overflow = saturate (under error, a saturation in a term of a merged prefix would count)"
         if task.dfa is None or getattr(task, "bos", None) is None or not getattr(task, "per_position", False):
             return f"task {task.name} is not given by a DFA over every string after a start token"
         if model.bos is not None or model.readout.positions != "all":
@@ -341,8 +339,9 @@ class _Walk:
     def step(self, t: int, states: _States, parent: np.ndarray, token: np.ndarray,
              opts: RunOptions) -> tuple[np.ndarray, np.ndarray, _States, np.ndarray, np.ndarray, np.ndarray]:
         """Position t of every candidate (parent pair, token): (the kept pair each merges into, the
-        first candidate of each kept pair, the new pairs, readout scores, answers, ties).  A layer's output at t is a function of its input at t and its
-        heads' outputs, so each layer is computed once per distinct (input row, head outputs) among
+        first candidate of each kept pair, the new pairs, readout scores, answers, ties).  A layer's
+        output at t is a function of its input at t and its heads' outputs, so each layer is
+        computed once per distinct (input row, head outputs) among
         the candidates (`_group`), by the evaluator's own functions; of its input row, only the
         columns that the rest of the model reads at t (`_live`)."""
         ev, arith, q = self.ev, self.arith, self.ev.q
@@ -373,7 +372,8 @@ class _Walk:
                 sums[hi] = h @ self._terms(c, np.array([t]))[0]
             read = keys if li == 0 else _group([X[:, 0, self.live[li]]])[0][of][:, None]
             group, rep = _group([read] + list(sums.values()))
-            X = _by_chunks(len(rep), lambda c: self._layer(li, t, X, rep[c], r, keys, of, sums))
+            X = _by_chunks(len(rep), lambda c, li=li, X=X, rep=rep, of=of, sums=sums:
+                           self._layer(li, t, X, rep[c], r, keys, of, sums))
             of = group
         y = _by_chunks(len(X), lambda c: ev.scores(X[c, 0], arith.context((len(X[c]),))))[of]
         pred, tie = ev._decide(y)
@@ -470,15 +470,19 @@ def _group(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     row of each group.  Rows are packed into one int64 by their columns' ranges, with the row's
     index below them when that fits (a sort of numbers, not an argsort: several times faster)."""
     M = np.column_stack(columns) if columns else np.zeros((0, 0), np.int64)
-    lo, hi = M.min(axis=0, initial=0), M.max(axis=0, initial=0)
-    span = [int(s) for s in hi - lo + 1]
+    M = M - M.min(axis=0, initial=0)
+    for j in range(M.shape[1]):  # a column of multiples of a weight: its multipliers (the gcd of a
+        g = int(np.gcd.reduce(M[:64, j]))  # few, checked on all: a sample's gcd is cheap)
+        if g > 1 and not (M[:, j] % g).any():
+            M[:, j] //= g
+    span = [int(s) + 1 for s in M.max(axis=0, initial=0)]
     bits = max(len(M) - 1, 1).bit_length()
     if math.prod(span) >= 1 << 62:
         _, rep, group = np.unique(M, axis=0, return_index=True, return_inverse=True)
         return group.reshape(-1), rep
     packed = np.zeros(len(M), np.int64)
     for j, s in enumerate(span):
-        packed = packed * s + (M[:, j] - lo[j])
+        packed = packed * s + M[:, j]
     if math.prod(span) >= 1 << (62 - bits):
         _, rep, group = np.unique(packed, return_index=True, return_inverse=True)
         return group.reshape(-1), rep
