@@ -17,7 +17,9 @@ from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.prefix import Prefix, basis_columns
 from verifier.evaluator import Evaluator
 from verifier.runs.api import build_problem
+from verifier.support.budget import Deadline, TimedOut
 from verifier.support.errors import InternalError
+from verifier.verdicts import Status
 
 ALL = RunOptions(max_counterexamples=1 << 30)
 
@@ -166,3 +168,22 @@ def test_what_it_declines():
     assert "not given by a DFA" in engine.unsupported(build_problem("induction_heads", N=4, p=12), RunOptions())
     wide = build_problem("dyck22", N=8, p=12, f=4)  # the previous-token head is 7 positions wide
     assert "token windows" in engine.unsupported(wide, RunOptions())
+
+
+def test_a_deadline_covers_the_lengths_explored():
+    """Stopped in the middle, the lengths whose every pair was checked are covered, and the status
+    says the time ran out."""
+    problem = build_problem("dyck22", N=8, p=14, f=4)
+
+    class Passes(Deadline):
+        polls = 0
+
+        def check(self) -> None:
+            self.polls += 1
+            if self.polls > 25:
+                raise TimedOut()
+
+    result = Prefix().run(problem, RunOptions(deadline=Passes()))
+    explored = result.stats["lengths_explored"]
+    assert result.status == Status.TIMEOUT and not result.found and 0 < explored < 8
+    assert result.covered == problem.task.count_up_to(explored)
