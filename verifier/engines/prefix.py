@@ -39,7 +39,6 @@ candidate pairs at one length are refused (`TooLarge`).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -469,28 +468,29 @@ def _group(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the integer columns side by side (each (P,) or (P, k)): each row's group and the first
     row of each group.  Rows are packed into one int64 by their columns' ranges, with the row's
     index below them when that fits (a sort of numbers, not an argsort: several times faster)."""
-    M = np.column_stack(columns) if columns else np.zeros((0, 0), np.int64)
-    M = M - M.min(axis=0, initial=0)
-    for j in range(M.shape[1]):  # a column of multiples of a weight: its multipliers (the gcd of a
-        g = int(np.gcd.reduce(M[:64, j]))  # few, checked on all: a sample's gcd is cheap)
-        if g > 1 and not (M[:, j] % g).any():
-            M[:, j] //= g
-    span = [int(s) + 1 for s in M.max(axis=0, initial=0)]
-    bits = max(len(M) - 1, 1).bit_length()
-    if math.prod(span) >= 1 << 62:
-        _, rep, group = np.unique(M, axis=0, return_index=True, return_inverse=True)
-        return group.reshape(-1), rep
-    packed = np.zeros(len(M), np.int64)
-    for j, s in enumerate(span):
-        packed = packed * s + M[:, j]
-    if math.prod(span) >= 1 << (62 - bits):
+    cols = [c for a in columns for c in (a.T if a.ndim == 2 else [a])]
+    P = len(cols[0]) if cols else 0
+    bits = max(P - 1, 1).bit_length()
+    packed, span = np.zeros(P, np.int64), 1
+    for c in cols:
+        c = c - c.min(initial=0)
+        g = int(np.gcd.reduce(c[:64]))  # a column of multiples of a weight: its multipliers (the gcd
+        if g > 1 and not (c % g).any():  # of a few, checked on all: a sample's gcd is cheap)
+            c //= g
+        s = int(c.max(initial=0)) + 1
+        span *= s
+        if span >= 1 << 62:
+            _, rep, group = np.unique(np.column_stack(cols), axis=0, return_index=True, return_inverse=True)
+            return group.reshape(-1), rep
+        packed = packed * s + c
+    if span >= 1 << (62 - bits):
         _, rep, group = np.unique(packed, return_index=True, return_inverse=True)
         return group.reshape(-1), rep
-    order = np.sort((packed << bits) | np.arange(len(M)))
+    order = np.sort((packed << bits) | np.arange(P))
     at = order & ((1 << bits) - 1)
-    new = np.ones(len(M), bool)
+    new = np.ones(P, bool)
     new[1:] = (order[1:] >> bits) != (order[:-1] >> bits)
-    group = np.empty(len(M), np.int64)
+    group = np.empty(P, np.int64)
     group[at] = np.cumsum(new) - 1
     return group, at[new]
 
