@@ -369,7 +369,7 @@ class _Walk:
                 h[rows, col] += 1
                 (first if li == 0 else later).append(h)
                 sums[hi] = h @ self._terms(c, np.array([t]))[0]
-            read = keys if li == 0 else _group([X[:, 0, self.live[li]]])[0][of][:, None]
+            read = keys if li == 0 else _group([X[:, 0, self.live[li]], np.zeros(len(X), np.int64)])[0][of][:, None]
             group, rep = _group([read] + list(sums.values()))
             X = _by_chunks(len(rep), lambda c, li=li, X=X, rep=rep, of=of, sums=sums:
                            self._layer(li, t, X, rep[c], r, keys, of, sums))
