@@ -40,7 +40,8 @@ def _agree(problem) -> str:
     return "refuted"
 
 
-@pytest.mark.parametrize("N,f,ps", [(4, 3, (8, 9, 11)), (4, 4, (9, 10)), (5, 3, (8, 9, 12)), (6, 4, (11, 12)), (6, 3, (10, 12))])
+@pytest.mark.parametrize("N,f,ps", [(4, 3, (8, 9, 11)), (4, 4, (9, 10)), (5, 3, (8, 9, 12)), (6, 4, (11, 12)),
+                                    (6, 3, (10, 12))])
 def test_the_construction_agrees_with_enumeration(N, f, ps):
     verdicts = {_agree(build_problem("dyck22", N=N, p=p, f=f)) for p in ps}
     assert verdicts == {"proved", "refuted"}  # p crosses the frontier: both kinds are compared
