@@ -1,6 +1,6 @@
-"""The engines for two layers (bounds, aggregate) and for lookups layer after layer (lookup), from
-one run.  Run by hand:
-python benchmarks/bench_two_layer.py [--budget 60] [--largest 1024] [--tasks mqar,equality,composition]
+"""The engines for two layers (bounds, aggregate), for every prefix (prefix) and for lookups layer
+after layer (lookup), from one run.  Run by hand:
+python benchmarks/bench_two_layer.py [--budget 60] [--baseline-budget 60] [--largest 1024] [--tasks mqar,equality]
 python benchmarks/bench_two_layer.py --below [--budget 180]
 
 For each two-layer construction (induction heads, sigma = 3, designed, FX(24, 4): p fixed for every N,
@@ -8,9 +8,12 @@ since the previous-token head's quadratic score needs 4 (N - 1)^2 below 2^19 at 
 nearest neighbour at p = 16, f = 8, where they are proved up to N = 64, by the bounds engine;
 equality and disjointness by the aggregate engine at their frontier's p*(N) = 2 log2 N and
 2 log2 N + 4, f = p/2: with more fraction bits a far key's weight no longer rounds to 0, the first
-layer reads every position, and the engine refuses); L-fold composition at depths 2, 3 and 4 (n = 2) by
-the lookup engine at FX(20, 8) (lambda grows with N: at p = 16 it saturates from N = 16 at depth 2),
-N doubling from 2; the others' from 4:
+layer reads every position, and the engine refuses); the Dyck-(2,2) transformer (three layers, two
+of them attending) by the prefix engine at f = log2 N + 1 and p = 3 log2 N + 5, the smallest p it
+proves at N = 8, 16, 32 (below, its previous-token head's window is wider than the engine takes, and
+it refuses); L-fold composition at depths 2, 3 and 4 (n = 2) by the lookup engine at FX(20, 8)
+(lambda grows with N: at p = 16 it saturates from N = 16 at depth 2).  N doubles from 2 for
+composition, from 4 for the others:
 
 * the new engine's seconds (engine seconds: the problem's construction, the replay and the sample
   check are left out), or why it refuses the problem;
@@ -39,7 +42,8 @@ from verifier.verdicts import Status
 CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3), "bounds"), ("mqar", dict(p=16), "bounds"),
                  ("nearest_neighbour", dict(p=16), "bounds"),
                  ("equality", dict(p=lambda N: 2 * int(math.log2(N))), "aggregate"),
-                 ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate")] + [
+                 ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate"),
+                 ("dyck22", dict(p=lambda N: 3 * int(math.log2(N)) + 5, f=lambda N: int(math.log2(N)) + 1), "prefix")] + [
                  ("composition", dict(depth=L, n=2, p=20, f=8), "lookup") for L in (2, 3, 4)]
 SMALLEST = {"composition": 2}  # the first N (4 otherwise)
 BELOW = [("mqar", 32, 12), ("mqar", 64, 13), ("mqar", 64, 14), ("mqar", 64, 15), ("mqar", 64, 16),
@@ -68,6 +72,7 @@ def engine_run(name: str, problem, budget: float) -> tuple[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--baseline-budget", type=float, default=None, help="today's engines' budget (default: --budget)")
     ap.add_argument("--largest", type=int, default=256)
     ap.add_argument("--tasks", default=",".join(t for t, _, _ in CONSTRUCTIONS), help="comma-separated")
     ap.add_argument("--below", action="store_true", help="the runs just below p* (BELOW), then stop")
@@ -94,7 +99,8 @@ def main() -> None:
                 vb, tb = engine_run(new, problem, args.budget)
             line = f"  N={N:<4} {new} {vb if vb.startswith('refused') else f'{vb:<8} {tb:7.2f} s'}"
             if baseline_on:
-                runs = [(name,) + engine_run(name, problem, args.budget) for name in ("exhaustive", "smt")]
+                runs = [(name,) + engine_run(name, problem, args.baseline_budget or args.budget)
+                        for name in ("exhaustive", "smt")]
                 decided = [r for r in runs if r[1] in ("proved", "refuted")]
                 if decided:
                     name, vs, ts = min(decided, key=lambda r: r[2])

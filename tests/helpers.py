@@ -206,6 +206,21 @@ class RandomLookupTask(Vocabulary):  # the base of every task: its optional capa
         return " ".join(self.vocab[int(t)] for t in tokens)
 
 
+def declines_formats(engine, problem) -> None:
+    """An engine on fixed-point codes and saturated sums (`base.saturating_codes`) takes the problem
+    and declines it under overflow = error and in a float format."""
+    from dataclasses import replace
+
+    from verifier.arithmetic import FixedPoint
+    from verifier.engines import RunOptions
+    from verifier.floats import FloatArith, float_format
+    assert engine.unsupported(problem, RunOptions()) is None
+    error = FixedPoint(problem.arith.p, problem.arith.f, "floor", "error")
+    assert "overflow = saturate" in engine.unsupported(replace(problem, arith=error), RunOptions())
+    bf16 = FloatArith(float_format("bf16"), float_format("fp32"), "nearest", "saturate")
+    assert "float format" in engine.unsupported(replace(problem, arith=bf16), RunOptions())
+
+
 def edit_model_file(src: Path, dst: Path, meta: Optional[Callable[[dict], None]] = None,
                     arrays: Optional[Callable[[dict], None]] = None, raw_meta: Optional[str] = None) -> Path:
     """Copy a model file with its metadata (a dict) and arrays (name -> array) edited in place."""

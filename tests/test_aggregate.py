@@ -10,13 +10,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from helpers import declines_formats
 
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
 from verifier.engines import ENGINES, RunOptions, aggregate, candidates
 from verifier.engines.aggregate import Aggregate
 from verifier.engines.exhaustive import Exhaustive
 from verifier.evaluator import Evaluator
-from verifier.floats import FloatArith, float_format
 from verifier.runs.api import build_problem
 from verifier.support.errors import InternalError
 from verifier.tasks import make_task
@@ -192,11 +192,7 @@ def test_auto_takes_it_for_equality_out_of_enumeration_reach():
 def test_what_it_declines():
     problem = build_problem("equality", N=8, p=8)
     engine = Aggregate()
-    assert engine.unsupported(problem, RunOptions()) is None
-    assert "overflow = saturate" in engine.unsupported(replace(problem, arith=FixedPoint(8, 4, "floor", "error")),
-                                                       RunOptions())
-    bf16 = FloatArith(float_format("bf16"), float_format("fp32"), "nearest", "saturate")
-    assert "float format" in engine.unsupported(replace(problem, arith=bf16), RunOptions())
+    declines_formats(engine, problem)
     layer = problem.model.layers[1]
     reads = replace(layer, heads=[replace(h, W_Q=np.ones_like(h.W_Q), W_K=np.ones_like(h.W_K)) for h in layer.heads])
     model = replace(problem.model, layers=[problem.model.layers[0], reads])

@@ -294,6 +294,11 @@ class Fixed:
              present: Optional[np.ndarray] = None) -> np.ndarray:
         """sum over the last axis of a * b, by the accumulate rule, plus bias, saturated."""
         s = self.terms(a * b, ctx, name, None if present is None else present[..., None]).sum(-1)
+        return self.total(s, bias, ctx, name, present)
+
+    def total(self, s: np.ndarray, bias: Optional[np.ndarray], ctx: Ctx, name: str,
+              present: Optional[np.ndarray] = None) -> np.ndarray:
+        """A dot product from the exact sum s of its `terms`: plus the bias, rounded, saturated."""
         if self.accumulate == "product":
             if bias is not None:
                 s = s + bias

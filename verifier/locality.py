@@ -61,9 +61,10 @@ class Window:
 
 def first_layer_window(fx: "Fixed | FloatArith", queries: list[ClassTable], keys: list[ClassTable],
                        logits: list[np.ndarray], logit_ovf: list[np.ndarray],
-                       length: int) -> tuple[Optional[Window], str]:
+                       length: int, max_codes: int = MAX_WINDOW_CODES) -> tuple[Optional[Window], str]:
     """The narrowest window of a causal softmax first layer (every head), over inputs of at most
-    `length` positions with any token at any position, or None and why not."""
+    `length` positions with any token at any position, or None and why not (also when it holds
+    more than `max_codes` token windows)."""
     T = fx.zero_exp_bound()  # None: no exp code is 0, and the window is every position up to i
     V = queries[0].rid.shape[1]
     width = 0
@@ -82,10 +83,10 @@ def first_layer_window(fx: "Fixed | FloatArith", queries: list[ClassTable], keys
                 ok[1:] &= ~hit[:-1] & (low[:-1] >= fx.softmax_floor)
             a = int(np.flatnonzero(ok).max())
             width = max(width, i - a)
-            if V ** (width + 1) > MAX_WINDOW_CODES:
+            if V ** (width + 1) > max_codes:
                 zero = "" if T is not None else " (no exp code of the format is 0: every key weighs)"
                 return None, (f"its first layer's window is {width + 1} positions wide at position {i}{zero}: "
-                              f"{V}^{width + 1} token windows, more than {MAX_WINDOW_CODES}")
+                              f"{V}^{width + 1} token windows, more than {max_codes}")
     return Window(width, V), ""
 
 

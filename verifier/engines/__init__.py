@@ -16,12 +16,13 @@ from .bounds import Bounds
 from .cost import enumeration_seconds
 from .exhaustive import Exhaustive
 from .lookup import Lookup
+from .prefix import Prefix
 from .reach import Reach
 from .smt import Smt
 
 ENGINES: dict[str, Engine] = {"exhaustive": Exhaustive(), "smt": Smt(), "smt-bv": Smt("bv"), "smt-int": Smt("int"),
                               "reach": Reach(), "bounds": Bounds(), "aggregate": Aggregate(),
-                              "lookup": Lookup()}
+                              "lookup": Lookup(), "prefix": Prefix()}
 AUTO_ENUMERATE_SECONDS = 120.0  # auto enumerates below this estimate: its cost is known, a solver's is not
 
 
@@ -34,7 +35,8 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     so (`answer_cases`: MQAR, nearest neighbour), or a readout at every position
     has cases of the last position that do (induction heads); the aggregate engine when the task's
     answer is a sum of features (equality, disjointness: it declines a model it does not fit); the
-    lookup engine when every layer's keys and values are tables over (position, token) and the task
+    prefix engine for a DFA task (the Dyck-(2,2) transformer: heads that average, write nothing or
+    are local); the lookup engine when every layer's keys and values are tables over (position, token) and the task
     says which positions its answer reads (composition; it declines other models); the SMT engine;
     and enumeration as the last resort.  An engine that cannot decide the problem is left out;
     InputError when none can."""
@@ -53,6 +55,9 @@ def candidates(problem: Problem, opts: RunOptions) -> list[tuple[Engine, str]]:
     elif getattr(type(problem.task), "last_position_cases", None) is not None and \
             getattr(problem.model.readout, "positions", "last") == "all":
         order.append(("bounds", estimate + "; the cases of the last position say which position holds the answer"))
+    if problem.task.dfa is not None:
+        order.append(("prefix", estimate + "; a DFA task, and a transformer whose heads average, write nothing or "
+                                          "are local: every prefix at once"))
     if getattr(problem.task, "feature_sum", None) is not None:
         order.append(("aggregate", estimate + "; the answer is a sum of features of blocks the first layer reads"))
     order.append(("lookup", estimate + "; every layer's keys and values are tables over (position, token), looked "

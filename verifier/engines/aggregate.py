@@ -124,11 +124,18 @@ def _not_average(model: Model) -> Optional[str]:
     """Why some head of the second layer may give the keys different logits at the readout, or None.
     Zero weights quantize to zero codes, so the unquantized model decides it."""
     for hi, head in enumerate(model.layers[1].heads):
-        zero_query = not np.any(head.W_Q) and (head.b_Q is None or not np.any(head.b_Q))
-        if not zero_query and np.any(head.W_K):
+        if not uniform(head):
             return (f"its second layer's head {hi} has a query and keys that read the residual stream (the engine "
                     f"takes a second layer whose logits are the same for every key)")
     return None
+
+
+def uniform(head) -> bool:
+    """The head gives every key the same logit at every query: its query map is 0 (weights and
+    bias), or its key map reads nothing (the keys are its bias).  Zero weights quantize to zero
+    codes, so the unquantized head decides it."""
+    zero_query = not np.any(head.W_Q) and (head.b_Q is None or not np.any(head.b_Q))
+    return zero_query or not np.any(head.W_K)
 
 
 def _decide(ev: Evaluator, task, case: Case, features: FeatureSum,

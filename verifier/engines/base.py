@@ -121,18 +121,26 @@ def codes_only(problem: Problem) -> Optional[str]:
             f"and smt engines decide float formats)")
 
 
+def saturating_codes(problem: Problem, saturations: str) -> Optional[str]:
+    """Why an engine that keeps exact sums of fixed-point terms, and forgets which terms made them,
+    cannot run the problem, or None: it needs codes, and overflow = saturate (under error,
+    `saturations`, which it does not see, would count)."""
+    why = codes_only(problem)
+    if why is None and problem.arith.overflow != "saturate":
+        why = f"it takes overflow = saturate (under error, {saturations} would count)"
+    return why
+
+
 def last_position_codes(problem: Problem, opts: RunOptions, name: str, saturations: str) -> Optional[str]:
-    """Why engine `name`, of fixed-point codes under overflow = saturate, for softmax attention
-    models read at their last position without their own BOS, deciding whole cases, cannot run the
-    problem, or None.  `saturations`: what would count under overflow = error that it does not see."""
+    """Why engine `name`, of fixed-point codes under overflow = saturate (`saturating_codes`), for
+    softmax attention models read at their last position without their own BOS, deciding whole
+    cases, cannot run the problem, or None."""
     model = problem.model
     if isinstance(model, Recurrent):
         return "it reads attention layers; a recurrent model has none"
-    why = codes_only(problem)
+    why = saturating_codes(problem, saturations)
     if why is not None:
         return why
-    if problem.arith.overflow != "saturate":
-        return f"it takes overflow = saturate (under error, {saturations} would count)"
     if any(layer.attention != "softmax" for layer in model.layers):
         return "it decides softmax attention layers"
     if model.bos is not None or model.readout.positions != "last":
