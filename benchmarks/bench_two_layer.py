@@ -43,8 +43,8 @@ CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3), "bounds"), ("mqar
                  ("nearest_neighbour", dict(p=16), "bounds"),
                  ("equality", dict(p=lambda N: 2 * int(math.log2(N))), "aggregate"),
                  ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate"),
-                 ("dyck22", dict(p=lambda N: 3 * int(math.log2(N)) + 5, f=lambda N: int(math.log2(N)) + 1), "prefix")] + [
-                 ("composition", dict(depth=L, n=2, p=20, f=8), "lookup") for L in (2, 3, 4)]
+                 ("dyck22", dict(p=lambda N: 3 * int(math.log2(N)) + 5, f=lambda N: int(math.log2(N)) + 1), "prefix")]
+CONSTRUCTIONS += [("composition", dict(depth=L, n=2, p=20, f=8), "lookup") for L in (2, 3, 4)]
 SMALLEST = {"composition": 2}  # the first N (4 otherwise)
 BELOW = [("mqar", 32, 12), ("mqar", 64, 13), ("mqar", 64, 14), ("mqar", 64, 15), ("mqar", 64, 16),
          ("nearest_neighbour", 32, 10), ("nearest_neighbour", 64, 10), ("nearest_neighbour", 64, 11),

@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Optional, cast
+from typing import Any, Optional, cast
 
 import numpy as np
 
@@ -164,7 +164,7 @@ class Prefix:
         plan = self._plan(problem)
         self._last = None
         assert isinstance(plan, _Plan), "`unsupported` saw why not"
-        task = problem.task
+        task = cast(Any, problem.task)  # a DFA task (`unsupported` saw it): bos, accepting, count_up_to
         walk = _Walk(plan, task)
         result = EngineResult(Status.COMPLETE, 0, [])
         rounds: list[_Round] = []
@@ -260,7 +260,7 @@ def _live(q: Model, kinds: list[list[str]]) -> list[np.ndarray]:
     out: list[np.ndarray] = [np.zeros(0, np.int64)] * len(q.layers)
     for li in range(len(q.layers) - 1, 0, -1):
         layer = q.layers[li]
-        live |= cols(layer.W1) if layer.has_ffn else set()
+        live |= cols(cast(np.ndarray, layer.W1)) if layer.has_ffn else set()
         for head, kind in zip(layer.heads, kinds[li]):
             live |= cols(head.W_V) if kind == "uniform" else set()
         out[li] = np.array(sorted(live), np.int64)
@@ -350,8 +350,10 @@ class _Walk:
         full = np.concatenate([states.window[parent], token[:, None]], axis=1)  # positions t - width .. t
         keys = full[:, max(0, self.width - t):]  # those >= 0: the local heads' keys
         dfa = self.task.dfa[states.dfa[parent], token] if t else states.dfa[parent]
-        first, later = [], []
-        X, of = None, None  # the distinct rows of the stream at t, and each candidate's
+        first: list[np.ndarray] = []
+        later: list[np.ndarray] = []
+        X: Any = None  # the distinct rows of the stream at t (after the first layer) ...
+        of: Any = None  # ... and each candidate's
         for li, layer in enumerate(q.layers):
             opts.deadline.check()
             sums = {}
@@ -360,7 +362,7 @@ class _Walk:
                     continue
                 c = self.by_head[li, hi]
                 if li == 0:
-                    col, h = c.row_code[r], states.first[len(first)][parent]
+                    col, h = cast(np.ndarray, c.row_code)[r], states.first[len(first)][parent]
                 else:
                     col = c.index(ev._lin(layer.heads[hi].W_V, X, layer.heads[hi].b_V, arith.context(X.shape[:-1]),
                                           f"L{li}.H{hi}.v")[:, 0])[of]
