@@ -22,6 +22,10 @@ format, every IEEE rounding, either overflow rule).  `decide_all` then requires,
   position (lookup tasks) or at every position (induction heads); half the lookup ones have a
   second layer whose keys and values read only columns the first leaves as they are
   (`helpers.query_only`), which the engine bounds at the last position whether local or not;
+* a third of the `construction` models are the composition construction (N = 1, L = 2) and a
+  third of the `sequence` models the Dyck-(2,2) transformer (N = 2, 3), with noise that keeps the
+  lookup and prefix engines' shapes (`helpers.lookup_shaped`, `helpers.prefix_shaped`), each in the
+  random format those draw (on the random grid with ``grid``), so that those engines decide them;
 * every engine of the registry (`verifier.engines.ENGINES`: a newly registered engine is checked
   with no edit here) that can run the problem finds a failure exactly when enumeration does, only
   inputs that fail, and no more decided inputs than leave out the failures it did not report;
@@ -40,7 +44,16 @@ from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
-from helpers import RandomLookupTask, add_biases, perturbed_dyck_rnn, query_only, random_model, two_layer
+from helpers import (
+    RandomLookupTask,
+    add_biases,
+    lookup_shaped,
+    perturbed_dyck_rnn,
+    prefix_shaped,
+    query_only,
+    random_model,
+    two_layer,
+)
 from reference import RefFloat, RefFX, RefGrid, quantize_model, ref_answer, ref_forward, ref_recurrent
 
 import verifier
@@ -52,6 +65,7 @@ from verifier.engines.smt import DECIDED, Smt
 from verifier.evaluator import make_evaluator
 from verifier.floats import FLOAT_ROUNDINGS, NAMED, FloatArith, float_format
 from verifier.model import Readout, Recurrent
+from verifier.runs.api import build_problem
 from verifier.smt.encoding import encode
 from verifier.smt.floats import TableTooLarge
 from verifier.support.budget import Deadline, fresh_z3_context
@@ -140,6 +154,14 @@ def _battery_problem(i: int, grid: bool) -> Problem:
     kind = KINDS[i % len(KINDS)]
     if kind in ("user-reference", "user-dataset", "bos-sequence"):
         return _user_problem(rng, i, kind, fx)
+    if kind == "construction" and np.random.default_rng(9000 + i).random() < 1 / 3:  # drawn apart, as below
+        shaped = lookup_shaped(build_problem("composition", N=1, depth=2, n=2, p=10),
+                               np.random.default_rng(10000 + i))  # the lookup engine's shape, in its own format
+        return replace(shaped, arith=fx) if grid else shaped
+    if kind == "sequence" and np.random.default_rng(9000 + i).random() < 1 / 3:
+        shaped = prefix_shaped(build_problem("dyck22", N=int(rng.integers(2, 4)), p=16, f=4),
+                               np.random.default_rng(10000 + i))  # the prefix engine's shape, in its own format
+        return replace(shaped, arith=fx) if grid else shaped
     if kind == "construction":  # a perturbed index-lookup construction: sometimes still correct
         N = int(rng.integers(1, 5))
         model = build_idxl(N, eta=float(rng.uniform(0.5, 8)))

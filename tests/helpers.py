@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
 import cli
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
+from verifier.engines import Problem
 from verifier.model import Head, Layer, Model, Readout
 from verifier.tasks.base import Vocabulary
 
@@ -308,3 +311,40 @@ def box_bounds_hold(problem, monkeypatch, rng: np.random.Generator) -> list[int]
     monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
     bounds.Bounds().run(problem, RunOptions(deadline=Deadline(120)))
     return checked
+
+
+def prefix_shaped(problem: Problem, rng: np.random.Generator) -> Problem:
+    """The construction with relative noise on the nonzero weights of some maps, not those that give
+    it its shape (the uniform heads' queries and keys, the silent head's W_O) and the first layer's
+    logits (E, P, the previous-token head's queries and keys: it stays local), in a random format."""
+    scale = float(rng.choice([0.003, 0.03, 0.1]))
+    keep = {"E", "P", "L0.H0.W_Q", "L0.H0.W_K", "L0.H1.W_Q", "L0.H1.W_K", "L1.W_O", "L2.H0.W_Q", "L2.H0.W_K"}
+
+    def noise(name: str, w: np.ndarray) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        if name in keep or rng.random() < 0.7:
+            return w
+        return w * (1 + rng.normal(0, scale, size=w.shape) * (rng.random(w.shape) < 0.5))
+
+    p = int(rng.integers(11, 17))
+    arith = FixedPoint(p, int(rng.integers(3, 6)), str(rng.choice(ROUNDINGS)), "saturate", str(rng.choice(ACCUMULATES)))
+    return replace(problem, model=problem.model.map_arrays(noise), arith=arith)
+
+
+def lookup_shaped(problem: Problem, rng: np.random.Generator) -> Problem:
+    """Noise on the construction that keeps its shape: the maps the keys and values read and the
+    layers' writes only where they are non-zero (so no key reads a column a layer writes); the
+    embeddings, queries and readout anywhere; in a random fixed-point format."""
+    scale = float(rng.choice([0.02, 0.1, 0.5]))
+
+    def noise(name: str, w: np.ndarray) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        shake = rng.normal(0, scale * (np.abs(w).max(initial=0) + 0.1), size=w.shape) * (rng.random(w.shape) < 0.3)
+        if name[-3:] in ("W_K", "W_V", "W_O", "b_K", "b_V", "b_O") or name.endswith(("W2", "b2")):
+            shake = shake * (w != 0)
+        return w + shake
+
+    p = int(rng.integers(5, 13))
+    arith = FixedPoint(p, int(rng.integers(1, p - 1)), str(rng.choice(ROUNDINGS)), "saturate",
+                       str(rng.choice(ACCUMULATES)))
+    return replace(problem, model=problem.model.map_arrays(noise), arith=arith)

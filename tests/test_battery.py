@@ -21,7 +21,8 @@ from verifier.engines import ENGINES, EngineResult
 BATTERY_SIZE = int(os.environ.get("VERIFY_BATTERY_SIZE", 10_000))
 GRID_BATTERY_SIZE = int(os.environ.get("VERIFY_GRID_BATTERY_SIZE", 1_000))
 FLOAT_BATTERY_SIZE = int(os.environ.get("VERIFY_FLOAT_BATTERY_SIZE", 1_000))
-SLICE = list(range(3 * len(KINDS))) + [111, 153]  # three models of every kind, and two averaging models
+SLICE = list(range(3 * len(KINDS))) + [111, 153, 246, 252]  # three models of every kind, two averaging models,
+# a prefix-shaped Dyck transformer and a lookup-shaped composition that fail
 # of the two-layer kind (the aggregate engine's shape: `battery._averaging_problem`)
 
 

@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from helpers import lookup_shaped
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
@@ -68,30 +69,11 @@ def test_index_lookup_agrees_with_enumeration(N, sigma, ps):
     assert {_agree(build_problem("index_lookup", N=N, sigma=sigma, p=p)) for p in ps} == {"proved", "refuted"}
 
 
-def _perturbed(problem, rng: np.random.Generator):
-    """Noise on the construction that keeps its shape: the maps the keys and values read and the
-    layers' writes only where they are non-zero (so no key reads a column a layer writes); the
-    embeddings, queries and readout anywhere; in a random fixed-point format."""
-    scale = float(rng.choice([0.02, 0.1, 0.5]))
-
-    def noise(name: str, w: np.ndarray) -> np.ndarray:
-        w = np.asarray(w, dtype=np.float64)
-        shake = rng.normal(0, scale * (np.abs(w).max(initial=0) + 0.1), size=w.shape) * (rng.random(w.shape) < 0.3)
-        if name[-3:] in ("W_K", "W_V", "W_O", "b_K", "b_V", "b_O") or name.endswith(("W2", "b2")):
-            shake = shake * (w != 0)
-        return w + shake
-
-    p = int(rng.integers(5, 13))
-    arith = FixedPoint(p, int(rng.integers(1, p - 1)), str(rng.choice(ROUNDINGS)), "saturate",
-                       str(rng.choice(ACCUMULATES)))
-    return replace(problem, model=problem.model.map_arrays(noise), arith=arith)
-
-
 @pytest.mark.parametrize("seed", range(12))
 def test_random_models_of_the_shape_agree_with_enumeration(seed):
     rng = np.random.default_rng(seed)
     N, depth = [(2, 2), (1, 3)][seed % 2]
-    problem = _perturbed(build_problem("composition", N=N, depth=depth, n=2, p=10), rng)
+    problem = lookup_shaped(build_problem("composition", N=N, depth=depth, n=2, p=10), rng)
     assert Lookup().unsupported(problem, ALL) is None
     _agree(problem)
 

@@ -9,9 +9,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import declines_formats
+from helpers import declines_formats, prefix_shaped
 
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import ENGINES, RunOptions, candidates, prefix
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.prefix import Prefix, basis_columns
@@ -52,28 +51,10 @@ def test_at_N_8_on_both_sides_of_the_frontier():
     assert [_agree(build_problem("dyck22", N=8, p=p, f=4)) for p in (13, 14)] == ["refuted", "proved"]
 
 
-def _perturbed(problem, rng: np.random.Generator):
-    """The construction with relative noise on the nonzero weights of some maps, not those that give
-    it its shape (the uniform heads' queries and keys, the silent head's W_O) and the first layer's
-    logits (E, P, the previous-token head's queries and keys: it stays local), in a random format."""
-    scale = float(rng.choice([0.003, 0.03, 0.1]))
-    keep = {"E", "P", "L0.H0.W_Q", "L0.H0.W_K", "L0.H1.W_Q", "L0.H1.W_K", "L1.W_O", "L2.H0.W_Q", "L2.H0.W_K"}
-
-    def noise(name: str, w: np.ndarray) -> np.ndarray:
-        w = np.asarray(w, dtype=np.float64)
-        if name in keep or rng.random() < 0.7:
-            return w
-        return w * (1 + rng.normal(0, scale, size=w.shape) * (rng.random(w.shape) < 0.5))
-
-    p = int(rng.integers(11, 17))
-    arith = FixedPoint(p, int(rng.integers(3, 6)), str(rng.choice(ROUNDINGS)), "saturate", str(rng.choice(ACCUMULATES)))
-    return replace(problem, model=problem.model.map_arrays(noise), arith=arith)
-
-
 @pytest.mark.parametrize("seed", range(10))
 def test_random_models_of_the_shape_agree_with_enumeration(seed):
     rng = np.random.default_rng(seed)
-    problem = _perturbed(build_problem("dyck22", N=int(rng.integers(4, 7)), p=16, f=4), rng)
+    problem = prefix_shaped(build_problem("dyck22", N=int(rng.integers(4, 7)), p=16, f=4), rng)
     assert Prefix().unsupported(problem, ALL) is None
     _agree(problem)
 
