@@ -182,20 +182,23 @@ def test_a_refutation_is_replayed_and_the_unquantized_model_answers_right():
 
 
 class _PassesAfter(Deadline):
-    """A deadline that passes at its n-th check."""
+    """A deadline that passes at its n-th check (or where Ctrl-C is pressed: `stop`)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, stop: type[BaseException] = TimedOut):
         super().__init__(None)
-        self.n = n
+        self.n, self.stop = n, stop
 
     def check(self) -> None:
         self.n -= 1
         if self.n < 0:
-            raise TimedOut()
+            raise self.stop()
 
 
-def test_a_timeout_covers_the_cases_decided():
-    """Composition depth 2 at N = 2 has 4 cases; each checks the deadline once per layer (3) at least."""
+@pytest.mark.parametrize("stop,status", [(TimedOut, Status.TIMEOUT), (KeyboardInterrupt, Status.INTERRUPTED)])
+def test_a_stop_covers_the_cases_decided(stop, status):
+    """Composition depth 2 at N = 2 has 4 cases; each checks the deadline once per layer (3) at least.
+    Stopped by the deadline or by Ctrl-C in the third case, the first two are covered (unknown, with
+    how much was covered: an interrupt is not an exception that loses them)."""
     problem = build_problem("composition", N=2, depth=2, n=2, p=8)
     whole = Lookup().run(problem, RunOptions())
     checks = [0]
@@ -203,6 +206,9 @@ def test_a_timeout_covers_the_cases_decided():
     counting.check = lambda: checks.__setitem__(0, checks[0] + 1)  # type: ignore[method-assign]
     Lookup().run(problem, RunOptions(deadline=counting))
     per_case = checks[0] // 4
-    stopped = Lookup().run(problem, RunOptions(deadline=_PassesAfter(2 * per_case + 1)))
+    try:
+        stopped = Lookup().run(problem, RunOptions(deadline=_PassesAfter(2 * per_case + 1, stop)))
+    except KeyboardInterrupt:  # not raised past the test: it would end the whole session
+        pytest.fail("Ctrl-C escaped the lookup engine: the cases it decided were lost")
     assert whole.status == Status.COMPLETE and whole.covered == problem.task.total
-    assert stopped.status == Status.TIMEOUT and stopped.covered == 2 * problem.task.total // 4
+    assert stopped.status == status and stopped.covered == 2 * problem.task.total // 4
