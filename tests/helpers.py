@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
 import cli
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
 from verifier.model import Head, Layer, Model, Readout
 from verifier.tasks.base import Vocabulary
 
@@ -308,3 +310,15 @@ def box_bounds_hold(problem, monkeypatch, rng: np.random.Generator) -> list[int]
     monkeypatch.setattr(bounds, "LEAF_INPUTS", 2)  # bound boxes down to two inputs, not only single ones
     bounds.Bounds().run(problem, RunOptions(deadline=Deadline(120)))
     return checked
+
+
+def random_saturating_format(rng: np.random.Generator, ps: tuple[int, int], f_spare: int) -> FixedPoint | Grid:
+    """A random format of codes under overflow = saturate, in any rounding and accumulation: a quarter
+    of the time a grid of step 1/k (k = 2..6, not a power of 2 for most), else FX(p, f) with p in
+    ps[0] .. ps[1] - 1 and 1 <= f < p - f_spare."""
+    rounding, accumulate = str(rng.choice(ROUNDINGS)), str(rng.choice(ACCUMULATES))
+    if rng.random() < 0.25:
+        return Grid.symmetric(Fraction(1, int(rng.integers(2, 7))), Fraction(int(rng.integers(2, 20))), rounding,
+                              "saturate", accumulate)
+    p = int(rng.integers(*ps))
+    return FixedPoint(p, int(rng.integers(1, p - f_spare)), rounding, "saturate", accumulate)

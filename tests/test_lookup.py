@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from helpers import random_saturating_format
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
@@ -133,10 +134,7 @@ def test_random_models_of_every_accepted_shape_agree_with_enumeration(seed):
     base = build_problem(**[dict(task="composition", N=2, depth=2, n=2), dict(task="composition", N=1, depth=3, n=2),
                             dict(task="index_lookup", N=4, sigma=2), dict(task="index_lookup", N=5, sigma=3)][seed % 4],
                          p=10)
-    rounding, accumulate, p = str(rng.choice(ROUNDINGS)), str(rng.choice(ACCUMULATES)), int(rng.integers(5, 14))
-    arith = Grid.symmetric(Fraction(1, int(rng.integers(2, 7))), Fraction(int(rng.integers(2, 20))), rounding,
-                           "saturate", accumulate) if rng.random() < 0.25 else \
-        FixedPoint(p, int(rng.integers(1, p - 1)), rounding, "saturate", accumulate)
+    arith = random_saturating_format(rng, (5, 14), 1)
     problem = replace(base, model=_random_model(rng, base.model), arith=arith, built_in=False)
     assert Lookup().unsupported(problem, ALL) is None
     _agree(problem)

@@ -6,13 +6,12 @@ the future terms caught; a wrong composition an internal error; the models it de
 from __future__ import annotations
 
 from dataclasses import replace
-from fractions import Fraction
 
 import numpy as np
 import pytest
-from helpers import declines_formats
+from helpers import declines_formats, random_saturating_format
 
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
+from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
 from verifier.engines import ENGINES, RunOptions, candidates, prefix
 from verifier.engines.base import Problem
 from verifier.engines.exhaustive import Exhaustive
@@ -121,7 +120,6 @@ def test_every_prefix_is_read_out_as_enumeration_reads_it(N, p, f, monkeypatch):
     assert seen == every
 
 
-@pytest.mark.parametrize("drop", [0, 1])
 class _Accepting(Dyck22):
     """Every prefix is accepted (a one-state DFA): a random model is then judged by its margins alone,
     and with its readout's offset set (`_offset`) it passes many lengths, so its merges are compared
@@ -191,17 +189,14 @@ def test_random_models_of_every_accepted_shape_agree_with_enumeration(seed):
     rng = np.random.default_rng(seed)
     while True:
         N = int(rng.integers(2, 7))
-        p = int(rng.integers(6, 15))
-        rounding, accumulate = str(rng.choice(ROUNDINGS)), str(rng.choice(ACCUMULATES))
-        arith = Grid.symmetric(Fraction(1, int(rng.integers(2, 7))), Fraction(int(rng.integers(2, 20))), rounding,
-                               "saturate", accumulate) if rng.random() < 0.25 else \
-            FixedPoint(p, int(rng.integers(1, p - 2)), rounding, "saturate", accumulate)
+        arith = random_saturating_format(rng, (6, 15), 2)
         problem = Problem(_Accepting(N), _random_model(rng, N), arith)
         if Prefix().unsupported(problem, ALL) is None:
             break
     _agree(_offset(problem, rng))
 
 
+@pytest.mark.parametrize("drop", [0, 1])
 def test_a_merge_that_forgets_a_column_is_caught(drop, monkeypatch):
     """Keyed on h T_J with the column of A (or of B) dropped, prefixes whose counts differ merge, and
     rows that enumeration reaches are never computed.  (The third column, the start token's count,
