@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from helpers import lookup_shaped
+from helpers import lookup_shaped, random_saturating_format
 
 import verifier
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
@@ -19,6 +19,7 @@ from verifier.engines import ENGINES, RunOptions, candidates, lookup, plan
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.lookup import Lookup
 from verifier.floats import FloatArith, float_format
+from verifier.model import Head, Layer, Model, Readout
 from verifier.runs.api import build_problem
 from verifier.support.budget import Deadline, TimedOut
 from verifier.support.errors import InputError, InternalError
@@ -74,6 +75,48 @@ def test_random_models_of_the_shape_agree_with_enumeration(seed):
     rng = np.random.default_rng(seed)
     N, depth = [(2, 2), (1, 3)][seed % 2]
     problem = lookup_shaped(build_problem("composition", N=N, depth=depth, n=2, p=10), rng)
+    assert Lookup().unsupported(problem, ALL) is None
+    _agree(problem)
+
+
+def _random_model(rng: np.random.Generator, like: Model) -> Model:
+    """A random model of the shape the lookup engine takes, with `like`'s vocabulary, positions and
+    classes: the stream's columns split at random into those the keys and values read and those the
+    layers write (W_O, b_O, W2, b2); 1-3 layers of 1-2 heads, queries of scale 1 to 16 (so that far
+    keys get exp codes of 0), attention biases and FFNs at random, causal or not, the last layer
+    with or without residual; an argmax or a threshold readout."""
+    V, L, C, d = len(like.vocab), like.max_len, like.readout.W_U.shape[0], int(rng.integers(4, 10))
+    reads = rng.random(d) < 0.5
+    reads[0], reads[-1] = True, False
+    layers, n = [], int(rng.integers(1, 4))
+    for li in range(n):
+        biases, H, m, mv = rng.random() < 0.4, int(rng.integers(1, 3)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        heads = [Head(rng.normal(0, float(rng.choice([1, 4, 16])), (m, d)), rng.normal(0, 1, (m, d)) * reads,
+                      rng.normal(0, 1, (mv, d)) * reads,
+                      *([rng.normal(0, 1, m), rng.normal(0, 1, m), rng.normal(0, 1, mv)] if biases else [None] * 3))
+                 for _ in range(H)]
+        h = int(rng.integers(1, 4))
+        ffn = dict(W1=rng.normal(0, 1, (h, d)), b1=rng.normal(0, 1, h), W2=rng.normal(0, 1, (d, h)) * ~reads[:, None],
+                   b2=rng.normal(0, 1, d) * ~reads) if rng.random() < 0.4 else {}
+        layers.append(Layer(heads, rng.normal(0, 1, (d, H * mv)) * ~reads[:, None], "softmax",
+                            residual=bool(li < n - 1 or rng.random() < 0.7), causal=bool(rng.random() < 0.5),
+                            b_O=rng.normal(0, 1, d) * ~reads if biases else None, **ffn))
+    kind = "argmax" if rng.random() < 0.8 else "threshold"
+    readout = Readout(rng.normal(0, 1, (C, d)), rng.normal(0, 1, C), kind, float(rng.normal(0, 0.5)))
+    E, P = rng.normal(0, 1, (V, d)) * (rng.random((V, d)) < 0.7), rng.normal(0, 1, (L, d)) * (rng.random((L, d)) < 0.5)
+    return Model(E, P, rng.random(V) < 0.8, layers, readout, list(like.vocab))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_models_of_every_accepted_shape_agree_with_enumeration(seed):
+    """Beyond the constructions' shapes: random models (`_random_model`) of composition and index
+    lookup, in a random fixed-point format or grid of step 1/k."""
+    rng = np.random.default_rng(seed)
+    base = build_problem(**[dict(task="composition", N=2, depth=2, n=2), dict(task="composition", N=1, depth=3, n=2),
+                            dict(task="index_lookup", N=4, sigma=2), dict(task="index_lookup", N=5, sigma=3)][seed % 4],
+                         p=10)
+    arith = random_saturating_format(rng, (5, 14), 1)
+    problem = replace(base, model=_random_model(rng, base.model), arith=arith, built_in=False)
     assert Lookup().unsupported(problem, ALL) is None
     _agree(problem)
 
@@ -164,20 +207,23 @@ def test_a_refutation_is_replayed_and_the_unquantized_model_answers_right():
 
 
 class _PassesAfter(Deadline):
-    """A deadline that passes at its n-th check."""
+    """A deadline that passes at its n-th check (or where Ctrl-C is pressed: `stop`)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, stop: type[BaseException] = TimedOut):
         super().__init__(None)
-        self.n = n
+        self.n, self.stop = n, stop
 
     def check(self) -> None:
         self.n -= 1
         if self.n < 0:
-            raise TimedOut()
+            raise self.stop()
 
 
-def test_a_timeout_covers_the_cases_decided():
-    """Composition depth 2 at N = 2 has 4 cases; each checks the deadline once per layer (3) at least."""
+@pytest.mark.parametrize("stop,status", [(TimedOut, Status.TIMEOUT), (KeyboardInterrupt, Status.INTERRUPTED)])
+def test_a_stop_covers_the_cases_decided(stop, status):
+    """Composition depth 2 at N = 2 has 4 cases; each checks the deadline once per layer (3) at least.
+    Stopped by the deadline or by Ctrl-C in the third case, the first two are covered (unknown, with
+    how much was covered: an interrupt is not an exception that loses them)."""
     problem = build_problem("composition", N=2, depth=2, n=2, p=8)
     whole = Lookup().run(problem, RunOptions())
     checks = [0]
@@ -185,6 +231,9 @@ def test_a_timeout_covers_the_cases_decided():
     counting.check = lambda: checks.__setitem__(0, checks[0] + 1)  # type: ignore[method-assign]
     Lookup().run(problem, RunOptions(deadline=counting))
     per_case = checks[0] // 4
-    stopped = Lookup().run(problem, RunOptions(deadline=_PassesAfter(2 * per_case + 1)))
+    try:
+        stopped = Lookup().run(problem, RunOptions(deadline=_PassesAfter(2 * per_case + 1, stop)))
+    except KeyboardInterrupt:  # not raised past the test: it would end the whole session
+        pytest.fail("Ctrl-C escaped the lookup engine: the cases it decided were lost")
     assert whole.status == Status.COMPLETE and whole.covered == problem.task.total
-    assert stopped.status == Status.TIMEOUT and stopped.covered == 2 * problem.task.total // 4
+    assert stopped.status == status and stopped.covered == 2 * problem.task.total // 4

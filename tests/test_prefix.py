@@ -9,15 +9,18 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import declines_formats, prefix_shaped
+from helpers import declines_formats, prefix_shaped, random_saturating_format
 
 from verifier.engines import ENGINES, RunOptions, candidates, prefix
+from verifier.engines.base import Problem
 from verifier.engines.exhaustive import Exhaustive
 from verifier.engines.prefix import Prefix, basis_columns
 from verifier.evaluator import Evaluator
+from verifier.model import Head, Layer, Model, Readout
 from verifier.runs.api import build_problem
 from verifier.support.budget import Deadline, TimedOut
 from verifier.support.errors import InternalError
+from verifier.tasks.sequences import Dyck22
 from verifier.verdicts import Status
 
 ALL = RunOptions(max_counterexamples=1 << 30)
@@ -96,6 +99,82 @@ def test_every_prefix_is_read_out_as_enumeration_reads_it(N, p, f, monkeypatch):
     every input (each prefix has the summary of a kept pair, and each pair is a prefix's)."""
     seen, every = _rows(build_problem("dyck22", N=N, p=p, f=f), monkeypatch)
     assert seen == every
+
+
+class _Accepting(Dyck22):
+    """Every prefix is accepted (a one-state DFA): a random model is then judged by its margins alone,
+    and with its readout's offset set (`_offset`) it passes many lengths, so its merges are compared
+    deep."""
+
+    dfa = np.zeros((1, 4), np.int64)
+
+
+def _random_model(rng: np.random.Generator, N: int) -> Model:
+    """A random causal model of the shape the prefix engine takes: 1-3 layers of 1-3 heads, each
+    uniform (its query map or its key map 0), silent (its columns of W_O 0) or, in the first layer,
+    local (a query of ONE against a key of POS: the latest keys weigh most); attention biases, FFNs
+    and layers without residual at random; value maps of -1, 0, 1 on embeddings of -1, 0, 1 (so
+    that histograms merge); an argmax or a threshold readout."""
+    V, d = 5, int(rng.integers(3, 8))
+    E = rng.choice([-1.0, 0.0, 1.0], size=(V, d))
+    P = np.zeros((N + 1, d))
+    E[:, 0], E[:, 1], P[:, 1] = 1.0, 0.0, np.arange(N + 1)  # ONE, POS
+    layers = []
+    for li in range(int(rng.integers(1, 4))):
+        biases, H, m, mv = rng.random() < 0.4, int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        heads, W_O = [], rng.normal(0, 1, (d, H * mv)) * (rng.random((d, H * mv)) < 0.6)
+        for hi in range(H):
+            kind = rng.choice(["uniform", "silent", "local"] if li == 0 else ["uniform", "uniform", "silent"])
+            W_Q, W_K = rng.normal(0, 1, (m, d)), rng.normal(0, 1, (m, d))
+            W_V = rng.choice([-1.0, 0.0, 0.0, 1.0], size=(mv, d)) * (np.arange(d) != 1)
+            b = [rng.normal(0, 1, m), rng.normal(0, 1, m), rng.choice([0.0, 0.5], size=mv)] if biases else [None] * 3
+            if kind == "uniform" and rng.random() < 0.5:
+                W_Q *= 0
+                b[0] = None if b[0] is None else 0 * b[0]
+            elif kind == "uniform":
+                W_K *= 0
+            elif kind == "local":
+                W_Q, W_K = 0.1 * W_Q, 0.1 * W_K
+                W_Q[0, 0], W_K[0, 1] = float(rng.choice([4, 8, 16])), 1.0
+            else:
+                W_O[:, hi * mv:(hi + 1) * mv] = 0
+            heads.append(Head(W_Q, W_K, W_V, *b))
+        h = int(rng.integers(1, 4))
+        ffn = dict(W1=rng.normal(0, 1, (h, d)), b1=rng.normal(0, 1, h), W2=rng.normal(0, 1, (d, h)),
+                   b2=rng.normal(0, 1, d)) if rng.random() < 0.5 else {}
+        layers.append(Layer(heads, W_O, "softmax", residual=bool(rng.random() < 0.8), causal=True,
+                            b_O=rng.normal(0, 1, d) if biases else None, **ffn))
+    C = 2 if rng.random() < 0.7 else 1
+    readout = Readout(rng.normal(0, 1, (C, d)), rng.normal(0, 1, C), "argmax" if C == 2 else "threshold",
+                      float(rng.normal(0, 0.5)), positions="all")
+    return Model(E, P, np.ones(V, bool), layers, readout, ["(", ")", "[", "]", "<s>"])
+
+
+def _offset(problem, rng: np.random.Generator):
+    """The problem with its readout's bias moved so that the positions before a random t > N / 2 pass with
+    two steps to spare (enumeration says where): the later ones pass or fail as they will."""
+    model, arith, task = problem.model, problem.arith, problem.task
+    tokens = np.array([task.decode(i) for i in range(task.count_up_to(task.N - 1), task.total)])
+    y = arith.to_real(Evaluator(model, arith).forward(tokens).scores)
+    ro = model.readout
+    gap = (y[..., 1] - y[..., 0] if ro.kind == "argmax" else y[..., 0] - ro.theta).min(axis=0)
+    shift = float(gap[:int(rng.integers(task.N // 2 + 1, task.N + 2))].min()) - 2 * float(arith.step)
+    b_U = ro.b_U - (np.array([0.0, shift]) if ro.kind == "argmax" else shift)
+    return replace(problem, model=replace(model, readout=replace(ro, b_U=b_U)))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_models_of_every_accepted_shape_agree_with_enumeration(seed):
+    """Beyond the construction's shape: random models (`_random_model`) in a random fixed-point format
+    or grid of step 1/k, against enumeration (the first model the engine takes, of a few drawn)."""
+    rng = np.random.default_rng(seed)
+    while True:
+        N = int(rng.integers(2, 7))
+        arith = random_saturating_format(rng, (6, 15), 2)
+        problem = Problem(_Accepting(N), _random_model(rng, N), arith)
+        if Prefix().unsupported(problem, ALL) is None:
+            break
+    _agree(_offset(problem, rng))
 
 
 @pytest.mark.parametrize("drop", [0, 1])

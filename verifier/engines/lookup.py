@@ -151,6 +151,8 @@ class Lookup:
                 result.covered += case.count
         except TimedOut:
             result.status = Status.TIMEOUT
+        except KeyboardInterrupt:
+            result.status = Status.INTERRUPTED
         result.found.sort(key=lambda f: f.index)
         result.stats = {**stats, "seconds": round(time.monotonic() - t0, 3)}
         return result
