@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import json
-<<<<<<< HEAD
 from dataclasses import replace
-=======
 from fractions import Fraction
->>>>>>> review
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
 import cli
-<<<<<<< HEAD
-from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint
-from verifier.engines import Problem
-=======
 from verifier.arithmetic import ACCUMULATES, ROUNDINGS, FixedPoint, Grid
->>>>>>> review
+from verifier.engines import Problem
 from verifier.model import Head, Layer, Model, Readout
 from verifier.tasks.base import Vocabulary
 
@@ -321,7 +314,6 @@ def box_bounds_hold(problem, monkeypatch, rng: np.random.Generator) -> list[int]
     return checked
 
 
-<<<<<<< HEAD
 def prefix_shaped(problem: Problem, rng: np.random.Generator) -> Problem:
     """The construction with relative noise on the nonzero weights of some maps, not those that give
     it its shape (the uniform heads' queries and keys, the silent head's W_O) and the first layer's
@@ -357,7 +349,8 @@ def lookup_shaped(problem: Problem, rng: np.random.Generator) -> Problem:
     arith = FixedPoint(p, int(rng.integers(1, p - 1)), str(rng.choice(ROUNDINGS)), "saturate",
                        str(rng.choice(ACCUMULATES)))
     return replace(problem, model=problem.model.map_arrays(noise), arith=arith)
-=======
+
+
 def random_saturating_format(rng: np.random.Generator, ps: tuple[int, int], f_spare: int) -> FixedPoint | Grid:
     """A random format of codes under overflow = saturate, in any rounding and accumulation: a quarter
     of the time a grid of step 1/k (k = 2..6, not a power of 2 for most), else FX(p, f) with p in
@@ -368,4 +361,3 @@ def random_saturating_format(rng: np.random.Generator, ps: tuple[int, int], f_sp
                               "saturate", accumulate)
     p = int(rng.integers(*ps))
     return FixedPoint(p, int(rng.integers(1, p - f_spare)), rounding, "saturate", accumulate)
->>>>>>> review
