@@ -341,7 +341,8 @@ def distinct_engines() -> dict[str, object]:
     alias (smt and smt-bv are the same engine) is left out.  A newly registered engine is in it."""
     out, seen = {}, set()
     for name, engine in ENGINES.items():
-        key = (type(engine), tuple(sorted(vars(engine).items())))
+        config = sorted((k, v) for k, v in vars(engine).items() if not k.startswith("_"))  # _: a run's caches
+        key = (type(engine), tuple(config))
         if key not in seen:
             seen.add(key)
             out[name] = engine
