@@ -80,7 +80,7 @@ def test_a_box_that_does_not_fit_is_refused_and_auto_takes_the_next_engine(monke
     assert why is not None and why.startswith("one box of length 7 needs about") and "the engine works within" in why
     with pytest.raises(InputError, match="engine bounds cannot decide this problem: one box"):
         verifier.run(problem, "bounds")
-    assert verifier.run(problem, "auto").engine == "smt (auto)"
+    assert verifier.run(problem, "auto").engine == "lookup (auto)"  # the next candidate: one layer of lookups
 
 
 def test_auto_falls_back_when_an_engine_refuses_its_memory_as_it_starts(monkeypatch):
@@ -89,7 +89,7 @@ def test_auto_falls_back_when_an_engine_refuses_its_memory_as_it_starts(monkeypa
     problem = verifier.build_problem("idxl", N=6, p=12, sigma=64)
     monkeypatch.setattr(budget, "available_memory", lambda: int(1.2 * bounds.MEMORY))
     result = verifier.run(problem, "auto")
-    assert result.verdict == "proved" and result.engine == "smt (auto)"
+    assert result.verdict == "proved" and result.engine == "lookup (auto)"
     assert "bounds refused: the bounds engine's working set needs about" in result.engine_stats["auto"]
     assert "chosen by auto" in result.summary()
 
