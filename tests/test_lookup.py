@@ -107,16 +107,21 @@ def _random_model(rng: np.random.Generator, like: Model) -> Model:
     return Model(E, P, rng.random(V) < 0.8, layers, readout, list(like.vocab))
 
 
-@pytest.mark.parametrize("seed", range(16))
-def test_random_models_of_every_accepted_shape_agree_with_enumeration(seed):
-    """Beyond the constructions' shapes: random models (`_random_model`) of composition and index
-    lookup, in a random fixed-point format or grid of step 1/k."""
+def _random_problem(seed: int):
+    """A random model (`_random_model`) of composition or index lookup, in a random fixed-point
+    format or grid of step 1/k."""
     rng = np.random.default_rng(seed)
     base = build_problem(**[dict(task="composition", N=2, depth=2, n=2), dict(task="composition", N=1, depth=3, n=2),
                             dict(task="index_lookup", N=4, sigma=2), dict(task="index_lookup", N=5, sigma=3)][seed % 4],
                          p=10)
     arith = random_saturating_format(rng, (5, 14), 1)
-    problem = replace(base, model=_random_model(rng, base.model), arith=arith, built_in=False)
+    return replace(base, model=_random_model(rng, base.model), arith=arith, built_in=False)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_models_of_every_accepted_shape_agree_with_enumeration(seed):
+    """Beyond the constructions' shapes."""
+    problem = _random_problem(seed)
     assert Lookup().unsupported(problem, ALL) is None
     _agree(problem)
 
@@ -146,12 +151,67 @@ def test_the_answer_chase_is_the_ground_truth():
     assert not fixed[np.flatnonzero(need >= 0), need[need >= 0]].any()
 
 
+def _chase(t, tokens: np.ndarray) -> list[int]:
+    """The positions composition's answer reads, in the order its chase reads them (after z_0, w)."""
+    read = np.zeros(len(tokens), bool)
+    read[-2:] = True
+    path = []
+    while (need := int(t.answer_needs(tokens[None], read[None])[0])) >= 0:
+        path.append(need)
+        read[need] = True
+    return path
+
+
+def test_the_chase_is_memoryless():
+    """What merging at the same point of the chase needs: two inputs of one case whose chases read
+    the same position next have the same answer when they agree at the positions the chase reads
+    from there on (whatever they hold before, and wherever their chases went before)."""
+    t = make_task("composition", 2, depth=3, n=2)
+    rng = np.random.default_rng(1)
+    met = 0
+    for _ in range(400):
+        x, y = (t.decode(int(i)) for i in rng.integers(0, t.total, 2))
+        y[-2:] = x[-2:]  # one case: z_0 and w
+        path = _chase(t, x)
+        k = int(rng.integers(1, len(path)))
+        y[path[k:]] = x[path[k:]]
+        if _chase(t, y)[k] == path[k]:
+            met += 1
+            assert t.answer(x) == t.answer(y)
+    assert met > 50
+
+
+def test_a_merge_that_ignores_the_chase_is_caught(monkeypatch):
+    """Branches merged on their streams alone, not at the same point of the answer's chase: a
+    random model's leaf holds members with another answer, and the member merged last, evaluated,
+    shows it (no verdict)."""
+    problem = _random_problem(12)
+    Lookup().run(problem, RunOptions())
+    group = lookup._group
+    monkeypatch.setattr(lookup, "_group", lambda columns: group(columns[:1]))
+    with pytest.raises(InternalError, match="a merge is wrong"):
+        Lookup().run(problem, RunOptions())
+
+
+def test_random_models_are_decided_merged_and_unmerged():
+    """The random models of the agreement test reach both: cases whose branches merge, and cases
+    where a later certificate or the chase asks for a position some merged member fixed, which are
+    decided again without merging."""
+    paths = set()
+    for seed in range(16):
+        stats = Lookup().run(_random_problem(seed), RunOptions()).stats
+        paths.add("unmerged" if stats["unmerged_cases"] else
+                  "merged" if stats["lookup_branches"] > stats["lookup_leaves"] else "none")
+    assert {"merged", "unmerged"} <= paths
+
+
 def test_the_target_size_is_decided():
-    """Composition L = 4 at N = 2 (5.07e30 inputs, 16 cases of 1,024 leaves): proved at p = 16."""
+    """Composition L = 4 at N = 2 (5.07e30 inputs, 16 cases): proved at p = 16.  Merged, each case
+    ends with one leaf per answer i_4 (16), where without merging it had 2 x 4 x 8 x 16 = 1,024."""
     problem = build_problem("composition", N=2, depth=4, n=2, p=16)
     result = Lookup().run(problem, RunOptions())
     assert result.covered == problem.task.total and not result.found
-    assert result.stats["lookup_leaves"] == 16 * 1024
+    assert result.stats["lookup_leaves"] == 16 * 16 and result.stats["unmerged_cases"] == 0
 
 
 def test_a_key_reading_a_written_column_is_refused():
@@ -185,9 +245,10 @@ def test_what_it_refuses():
 
 
 def test_too_many_branches_is_refused_before_allocating(monkeypatch):
-    """A case of N = 2, depth 3 has 2 x 4 x 8 = 64 leaves."""
-    monkeypatch.setattr(lookup, "MAX_BRANCHES", 40)
-    with pytest.raises(lookup.TooLarge, match="more than 40 branches"):
+    """A case of N = 2, depth 3 splits its 4 merged branches (one per i_2) into 8 each at the last
+    layer: 32 branches."""
+    monkeypatch.setattr(lookup, "MAX_BRANCHES", 31)
+    with pytest.raises(lookup.TooLarge, match="more than 31 branches"):
         Lookup().run(build_problem("composition", N=2, depth=3, n=2, p=12), RunOptions())
 
 

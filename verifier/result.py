@@ -186,9 +186,12 @@ class Result:
             lines.append(f"  aggregate   {st['blocks']:,} blocks of at most {st['largest_block']} positions; "
                          f"{st['states']:,} states of the sums, an input of each evaluated")
         if "lookup_leaves" in st:
+            unmerged = st.get("unmerged_cases", 0)
             lines.append(f"  lookup      {st['lookup_leaves']:,} leaves (at most {st['largest_case_leaves']:,} a "
-                         f"case), {st['certificate_splits']:,} splits where a free position may weigh; one input of "
-                         f"each evaluated")
+                         f"case) of {st.get('lookup_branches', 0):,} branches through the layers, "
+                         f"{st['certificate_splits']:,} splits where a free position may weigh"
+                         + (f", {unmerged:,} cases decided without merging" if unmerged else "")
+                         + "; one input of each leaf evaluated")
         if "reachable_pairs" in st:
             closed = (f"closed at length {st['fixpoint_at_length']}: correct at every length, not only up to N"
                       if st["every_length"] else f"explored to length {st['lengths_explored']}")

@@ -17,30 +17,49 @@ overflow = saturate and a readout at the last position:
    softmax's own table and clamp, `Fixed.exp_of`) is 0, then, the table being monotone (checked),
    every token of the domain has code 0 too, and on every completion of the
    branch the softmax's maximum is M, the free positions' weights are R(0 / Z) = 0 and their
-   products in the mix are 0: the head's output is the same on every completion, and it is
-   computed exactly by the evaluator's own softmax and mix on one of them (the first).  A branch
-   that fails is split on the failing free position with the largest logit (one branch per token
-   of its domain); the splits partition the branch, so the leaves partition the case.
-3. *The answer.*  Before the layers, branches are split until the positions the task's answer
-   reads are fixed (the task's `answer_needs`: composition chases z_0 -> z_1 -> ...; or the case's
-   `answer_at`), so the answer too is the same on every completion of a leaf.
+   products in the mix are 0: the head's output is the same on every completion.  It is computed
+   by the evaluator's own softmax and mix over the fixed positions (the sums are exact, so terms
+   of 0 left out change no code).  A branch that fails is split on the failing free position with
+   the largest logit (one branch per token of its domain); the splits partition the branch.  A
+   child's M is at least its parent's, and the certificate only gets easier as M rises, so a
+   child is checked again only at its parent's other failing positions.
+3. *The answer.*  Each branch carries the answer's chase (the task's `answer_needs`: composition
+   chases z_0 -> z_1 -> ...; or the case's `answer_at`): the positions it has read, all fixed, and
+   the next one it reads.  After the layers, branches are split on the chase's next position
+   until it has read all it needs, so the answer too is the same on every member of a leaf.  The
+   chase must be memoryless: from the position it reads next, the answer depends only on the
+   tokens the chase reads from there on (composition's pointer chase is).
+4. *Merging.*  After each layer, branches with the same stream on the columns that a later query
+   or FFN, or the readout, reads (`_live`) and at the same point of the chase (its next position,
+   or the answer) have the same output and answer on all their members, whatever the tokens they
+   fixed before: they are made one.  The first is the representative (its tokens and whole
+   stream), a position stays fixed where every member has its token, and `touched` marks the
+   positions some member fixes; a position no member fixes is free on every member.  The later
+   certificates read the merged branch's fixed positions and take the others at their whole
+   domains, which is sound for every member.  A split must be on a position free on every member
+   (its children then have 1/|domain| of the members each); when a certificate or the chase asks
+   for another, the case is decided again without merging (`_Unmerge`).  Composition's branches
+   after layer l are then one per pointer i_l, not one per path to it: at L = 4, N = 2 a case ends
+   with 16 leaves instead of 1,024.
 
-So every input of a leaf has the leaf's output and answer: all are right iff the leaf's first
-completion is, a failing leaf's completions all fail (they are listed, up to max_counterexamples),
-and the smallest margin over the leaves is the case's.  The first leaves' streams are checked
-against the evaluator run on another of their completions (`_same`), and the leaves are checked
-to cover the case.
+So every member of a leaf has the leaf's output and answer: all are right iff its representative
+is, a failing leaf's members all fail, and the smallest margin over the leaves is the case's.  A
+failing leaf's members that differ from its representative only at positions free on every member
+are listed, up to max_counterexamples; where that lists fewer, the case is decided again without
+merging and its failures listed from its leaves.  The first leaves of the first case, and one of
+every other, are evaluated by the evaluator on another member (`_same`): their whole stream must be
+the one carried.  The members of the leaves, counted exactly, must number the case's inputs.
 
 It refuses float and int8 formats, overflow = error (the saturations of the positions that are not
-read would count), a BOS, and tasks whose answer it cannot chase.  Without merging branches, a
-case's leaves number the product of the sizes of the blocks looked up; beyond MAX_BRANCHES the run
-is refused (`TooLarge`: auto then takes the next engine).
+read would count), a BOS, and tasks whose answer it cannot chase.  More than MAX_BRANCHES branches
+alive in a case are refused (`TooLarge`: auto then takes the next engine).
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional, cast
 
 import numpy as np
@@ -55,28 +74,41 @@ from ..tasks import Case
 from ..tasks.base import case_splits
 from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick, last_position_codes
+from .prefix import _group
 
 MAX_BRANCHES = 1 << 20  # branches alive at once (each holds its tokens and stream)
 CHUNK = 1 << 22  # elements of the largest temporary (branches x candidate rows)
-CHECKED = 8  # leaves also evaluated by the evaluator on another completion (`_same`)
+CHECKED = 8  # leaves of the first case also evaluated on another member (`_same`; one in each other case)
 
 
 @dataclass
 class Branches:
-    """Partial assignments of one case: the fixed positions' tokens, and at the free positions
-    their domain's first token (so each row is also the branch's first completion)."""
+    """Sets of a case's inputs, each with the last position's stream that all its members have.
 
-    tokens: np.ndarray  # (B, L)
-    fixed: np.ndarray  # (B, L) bool
+    A branch is the union of the partial assignments merged into it (module docstring, 4); its
+    representative is a member.  Where `touched` is False every member's assignment is free, so the
+    branch is a set of tokens at the touched positions times those positions' whole domains."""
+
+    tokens: np.ndarray  # (B, L) the representative
+    alt: np.ndarray  # (B, L) another member: the last merged into it (the representative if none was)
+    fixed: np.ndarray  # (B, L) bool: every member has the representative's token here
+    touched: np.ndarray  # (B, L) bool: some member's assignment fixes the position
+    read: np.ndarray  # (B, L) bool: the positions the representative's answer chase has read
+    need: np.ndarray  # (B,) the next position the chase reads (-1: it has read all it needs)
+    count: np.ndarray  # (B,) object: the number of members (Python integers: a case can have 10^30)
     X: np.ndarray  # (B, d) the last position's stream after the layers so far
+    code: np.ndarray  # (B,) which of the layer's distinct queries it has (`_Queries`)
 
     def take(self, rows: np.ndarray) -> "Branches":
-        return Branches(self.tokens[rows], self.fixed[rows], self.X[rows])
+        return Branches(*(getattr(self, f.name)[rows] for f in fields(self)))
 
     @staticmethod
     def join(parts: list["Branches"]) -> "Branches":
-        return Branches(*(np.concatenate([getattr(p, a) for p in parts]) for a in ("tokens", "fixed", "X")))
+        return Branches(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Branches)))
 
+
+class _Unmerge(Exception):
+    """A merged branch must be split on a position some of its members fix (module docstring, 4)."""
 
 @dataclass
 class Domains:
@@ -127,9 +159,12 @@ class Lookup:
         ev = Evaluator(cast(Model, problem.model), problem.arith)
         _monotone(cast(Fixed, ev.arith))
         tables = _tables(ev)
+        live = _live(ev.q)
         result = EngineResult(Status.COMPLETE, 0, [])
         cases = list(case_splits(task))
-        stats = {"lookup_leaves": 0, "largest_case_leaves": 0, "certificate_splits": 0}
+        tightest: Optional[np.ndarray] = None
+        stats = {"lookup_leaves": 0, "lookup_branches": 0, "largest_case_leaves": 0, "certificate_splits": 0,
+                 "unmerged_cases": 0}
         try:
             for n, case in enumerate(cases):
                 why = _unchased(task, case)
@@ -137,13 +172,21 @@ class Lookup:
                     raise InternalError(f"{why}: case {case.name} differs from the first case")
                 if opts.progress:
                     opts.progress(Tick(result.covered, task.total, n, len(cases), case.name))
-                leaves, dom, splits = _leaves(ev, tables, task, case, opts)
+                room = opts.max_counterexamples - len(result.found)
+                decide = functools.partial(_decide, ev, tables, task, case, opts, live, room, CHECKED if n == 0 else 1)
+                try:
+                    leaves, work, found, margin, tokens = decide(True)
+                    if 0 < len(found) < room:  # the members of a merged leaf are not all listed: list them unmerged
+                        leaves, work, found, margin, tokens = decide(False)
+                except _Unmerge:
+                    stats["unmerged_cases"] += 1
+                    leaves, work, found, margin, tokens = decide(False)
                 stats["lookup_leaves"] += len(leaves.tokens)
                 stats["largest_case_leaves"] = max(stats["largest_case_leaves"], len(leaves.tokens))
-                stats["certificate_splits"] += splits
-                found, margin, index = _judge(ev, task, case, leaves, dom, opts.max_counterexamples - len(result.found))
+                stats["lookup_branches"] += work["branches"]
+                stats["certificate_splits"] += work["splits"]
                 if result.min_margin is None or margin < result.min_margin:
-                    result.min_margin, result.tightest = margin, index
+                    result.min_margin, tightest = margin, tokens
                 result.found += found
                 if len(result.found) >= opts.max_counterexamples:  # its other failures may not be listed
                     result.found = sorted(result.found, key=lambda f: f.index)[:opts.max_counterexamples]
@@ -154,8 +197,17 @@ class Lookup:
         except KeyboardInterrupt:
             result.status = Status.INTERRUPTED
         result.found.sort(key=lambda f: f.index)
+        if tightest is not None:
+            result.tightest = task.index_of(tightest)
         result.stats = {**stats, "seconds": round(time.monotonic() - t0, 3)}
         return result
+
+
+def _decide(ev: Evaluator, tables, task, case: Case, opts: RunOptions, live: list[np.ndarray], room: int,
+            checked: int, merge: bool) -> tuple[Branches, dict[str, int], list[Found], float, np.ndarray]:
+    """A case's leaves (merged or not), the work, and their judgement (`_judge`)."""
+    leaves, dom, work = _leaves(ev, tables, task, case, opts, live if merge else None)
+    return (leaves, work) + _judge(ev, task, case, leaves, dom, room, checked, live[-1])
 
 
 def _unchased(task, case: Case) -> Optional[str]:
@@ -168,80 +220,171 @@ def _unchased(task, case: Case) -> Optional[str]:
     return None
 
 
-def _tables(ev: Evaluator) -> list[list[tuple[np.ndarray, np.ndarray]]]:
-    """Per layer, per head, its keys and values at every (position, token) row (R, m): its maps of
-    the embedding (`keys_from_tokens`), by the evaluator's own linear maps."""
+@dataclass
+class _Table:
+    """One head's keys and values at every (position, token) row, and its distinct keys."""
+
+    K: np.ndarray  # (R, m)
+    V: np.ndarray  # (R, m_v)
+    keys: np.ndarray  # (distinct, m)
+    key_of: np.ndarray  # (R,) the row's key among them
+
+
+def _tables(ev: Evaluator) -> list[list[_Table]]:
+    """Per layer, per head, its keys and values at every (position, token) row: its maps of the
+    embedding (`keys_from_tokens`), by the evaluator's own linear maps."""
     t = ev.tables
     assert t is not None, "the evaluator was built with its layer-0 tables"
     out = []
     for li, layer in enumerate(ev.q.layers):
         heads = []
         for hi, h in enumerate(layer.heads):
-            maps = [ev._by_rows(len(t.x0), ev._plan(W)[0].size,
-                                lambda r, ctx, W=W, b=b, name=f"L{li}.H{hi}.{s}": ev._lin(W, t.x0[r], b, ctx, name))[0]
-                    for W, b, s in ((h.W_K, h.b_K, "k"), (h.W_V, h.b_V, "v"))]
-            heads.append((maps[0], maps[1]))
+            K, Vt = [ev._by_rows(len(t.x0), ev._plan(W)[0].size,
+                                 lambda r, ctx, W=W, b=b, name=f"L{li}.H{hi}.{s}": ev._lin(W, t.x0[r], b, ctx, name))[0]
+                     for W, b, s in ((h.W_K, h.b_K, "k"), (h.W_V, h.b_V, "v"))]
+            key_of, first = _group([K])
+            heads.append(_Table(K, Vt, K[first], key_of))
         out.append(heads)
     return out
 
 
-def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions) -> tuple[Branches, Domains, int]:
-    """The case's leaves (module docstring), with the last position's stream after every layer; its
-    domains; and how many splits the certificate asked for."""
-    V, d = len(ev.q.vocab), ev.q.d
+def _live(q: Model) -> list[np.ndarray]:
+    """Per layer, the columns of the last position's stream after it that a later layer's query or
+    FFN, or the readout, reads (a map reads only its non-zero columns): branches that differ only
+    in the others, and are at the same point of the answer's chase, have the same future."""
+    def cols(W) -> set[int]:
+        return set(np.flatnonzero(np.any(np.asarray(W) != 0, axis=0)).tolist())
+
+    read = cols(q.readout.W_U)
+    out: list[np.ndarray] = []
+    for layer in q.layers[::-1]:
+        out.append(np.array(sorted(read), np.int64))
+        read |= set().union(*(cols(h.W_Q) for h in layer.heads)) | (cols(layer.W1) if layer.has_ffn else set())
+    return out[::-1]
+
+
+def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions,
+            live: Optional[list[np.ndarray]]) -> tuple[Branches, Domains, dict[str, int]]:
+    """The case's leaves (module docstring), with the last position's stream after every layer,
+    merged after every layer on the `live` columns (None: not merged); its domains; and the work:
+    branches through the layers, and splits the certificate asked for."""
+    V, arith = len(ev.q.vocab), cast(Fixed, ev.arith)
     dom = Domains.of(case, V)
     L = len(dom.size)
-    first = dom.pad[:, 0]
-    fixed = dom.size == 1
-    br = Branches(first[None, :].copy(), fixed[None, :].copy(), np.zeros((1, d), np.int64))
-    if not fixed[-1]:
+    one = (dom.size == 1)[None, :]
+    count = np.empty(1, object)
+    count[0] = case.count
+    first = dom.pad[None, :, 0]
+    br = Branches(first.copy(), first.copy(), one.copy(), one.copy(), one.copy(), np.zeros(1, np.int64), count,
+                  np.zeros((1, ev.q.d), np.int64), np.zeros(1, np.int64))
+    if not one[0, -1]:
         br = _split(br, np.array([L - 1]), dom, 0)
-    while True:  # the positions the answer reads
-        need = _answer_needs(task, case, br)
-        if (need < 0).all():
-            break
-        br = Branches.join([br.take(need < 0), _split(br.take(need >= 0), need[need >= 0], dom, int((need < 0).sum()))])
+    br = _chase(task, case, br)
     br.X = cast(_Layer0Tables, ev.tables).x0[(L - 1) * V + br.tokens[:, -1]]  # layer 0's input at the last position
-    splits = 0
+    work = {"branches": 0, "splits": 0}
     for li in range(len(ev.q.layers)):
         done, pending = [], br
+        logits = _Logits.of(ev, li, tables[li], br, dom)
+        M = logits.fixed_max(br, dom, V)
+        cols, open_, family = np.arange(L), ~br.fixed, np.arange(len(br.tokens))
         while len(pending.tokens):
             opts.deadline.check()
-            bad, score = _certify(ev, tables[li], li, pending, dom)
-            ok = ~bad.any(axis=1)
-            done.append(pending.take(np.flatnonzero(ok)))
-            rest = pending.take(np.flatnonzero(~ok))
-            at = np.where(bad[~ok], score[~ok], -np.inf).argmax(axis=1)
-            splits += len(at)
-            pending = _split(rest, at, dom, sum(len(p.tokens) for p in done))
+            # siblings with the same M (a key that does not depend on the token) fail alike
+            kin, first = _group([family, M])
+            bad, score = (a[kin] for a in logits.failing(arith, pending.code[first], M[first], cols, open_[first]))
+            failing = bad.any(axis=1)
+            done.append(pending.take(np.flatnonzero(~failing)))
+            rows = np.flatnonzero(failing)
+            if not len(rows):
+                break
+            pick = np.where(bad[rows], score[rows], np.iinfo(np.int64).min).argmax(axis=1)
+            at = cols[pick]
+            work["splits"] += len(at)
+            pending = _chase(task, case, _split(pending.take(rows), at, dom, sum(len(p.tokens) for p in done)))
+            parent = np.repeat(np.arange(len(at)), dom.size[at])
+            # a child's M is its parent's or its new token's logit, and the certificate only gets
+            # easier as M rises: only its parent's other failing positions are checked again
+            M = np.maximum(M[rows][parent], logits.of_token(pending, at[parent], dom, V))
+            open_, family = bad[rows][parent], parent
+            open_[np.arange(len(parent)), pick[parent]] = False
+            keep = open_.any(axis=0)
+            cols, open_ = cols[keep], open_[:, keep]
         br = Branches.join(done)
         br.X = _apply(ev, tables[li], li, br, opts)
-    _covers(br, dom, case)
-    return br, dom, splits
+        work["branches"] += len(br.tokens)
+        if live is not None:
+            br = _merge(task, br, live[li])
+    while (br.need >= 0).any():  # the positions the answer reads that no layer weighed
+        opts.deadline.check()
+        open_ = br.need >= 0
+        rest = br.take(np.flatnonzero(open_))
+        br = Branches.join([br.take(np.flatnonzero(~open_)),
+                            _chase(task, case, _split(rest, rest.need, dom, int((~open_).sum())))])
+    if live is not None:
+        br = _merge(task, br, live[-1])
+    if sum(br.count) != case.count:
+        raise InternalError(f"the lookup engine's leaves cover {sum(br.count):,} inputs of case {case.name}, "
+                            f"which has {case.count:,}")
+    return br, dom, work
 
 
-def _answer_needs(task, case: Case, br: Branches) -> np.ndarray:
-    """(B,) per branch, a free position the answer reads (-1: it reads only fixed ones)."""
-    if getattr(task, "answer_needs", None) is not None:
-        return task.answer_needs(br.tokens, br.fixed)
-    j = cast(tuple, case.answer_at)[0]  # `unsupported` saw it
-    return np.where(br.fixed[:, j], -1, j)
+def _chase(task, case: Case, br: Branches) -> Branches:
+    """Each branch's answer chase, taken through the positions every member fixes: its next
+    position (`need`), and the positions read so far (`read`)."""
+    rows = np.arange(len(br.tokens))
+    while True:
+        if getattr(task, "answer_needs", None) is not None:
+            need = task.answer_needs(br.tokens, br.read)
+        else:
+            j = cast(tuple, case.answer_at)[0]  # `unsupported` saw it
+            need = np.where(br.read[:, j], -1, j)
+        step = (need >= 0) & br.fixed[rows, np.maximum(need, 0)]
+        if not step.any():
+            br.need = need
+            return br
+        br.read[rows[step], need[step]] = True
 
 
 def _split(br: Branches, at: np.ndarray, dom: Domains, alive: int) -> Branches:
     """Every branch split on its position `at`: one branch per token of the position's domain.
+    The position is free on every member (else _Unmerge), so each child has 1/|domain| of them.
     TooLarge, before allocating, when they and the `alive` others would pass MAX_BRANCHES."""
+    if br.touched[np.arange(len(at)), at].any():
+        raise _Unmerge()
     counts = dom.size[at]
     total = int(counts.sum())
     if total + alive > MAX_BRANCHES:
-        raise TooLarge(f"more than {MAX_BRANCHES:,} branches of a case (the lookup engine does not merge them)")
+        raise TooLarge(f"more than {MAX_BRANCHES:,} branches of a case")
     parent = np.repeat(np.arange(len(at)), counts)
     k = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
     pos = at[parent]
     out = br.take(parent)
     rows = np.arange(total)
-    out.tokens[rows, pos] = dom.pad[pos, k]
+    out.tokens[rows, pos] = out.alt[rows, pos] = dom.pad[pos, k]
     out.fixed[rows, pos] = True
+    out.touched[rows, pos] = True
+    out.count = out.count // dom.size[pos]  # exact: the position is free on every member
+    return out
+
+
+def _merge(task, br: Branches, cols: np.ndarray) -> Branches:
+    """Branches with the same stream on the columns the rest of the model reads (`_live`) and at the
+    same point of the answer's chase (the position it reads next; or the answer) made one: the first
+    is the representative, a position stays fixed where every member has its token, and the counts
+    add (the branches are disjoint).  Its other columns are the representative's own."""
+    answers = task.evaluate(br.tokens)[0]
+    state = np.where(br.need >= 0, br.need, -1 - answers)
+    inv, first = _group([br.X[:, cols], state])
+    if len(first) == len(inv):
+        return br
+    order = np.argsort(inv, kind="stable")
+    starts = np.searchsorted(inv[order], np.arange(len(first)))
+    out = br.take(first)
+    agree = br.fixed & (br.tokens == out.tokens[inv])
+    out.fixed = np.logical_and.reduceat(agree[order], starts, axis=0)
+    out.touched = np.logical_or.reduceat(br.touched[order], starts, axis=0)
+    out.count = np.add.reduceat(br.count[order], starts)
+    out.alt = br.alt[order[np.append(starts[1:], len(order)) - 1]]
     return out
 
 
@@ -259,92 +402,121 @@ def _monotone(arith: Fixed) -> None:
                             f"does not hold")
 
 
-def _certify(ev: Evaluator, heads, li: int, br: Branches, dom: Domains) -> tuple[np.ndarray, np.ndarray]:
-    """(B, L): the free positions some head of layer li may weigh (module docstring, 2), and their
-    largest logit less M (what the split picks by).  The logits are a function of the query, so
-    they are computed once per distinct stream code (branches share them)."""
-    arith = cast(Fixed, ev.arith)
-    B, L = br.tokens.shape
-    bad = np.zeros((B, L), bool)
-    score = np.full((B, L), np.iinfo(np.int64).min)
-    codes, inv = np.unique(br.X, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    step = max(1, CHUNK // max(len(dom.rows), 1))
-    own = dom.at[np.arange(L) * len(ev.q.vocab) + br.tokens]  # (B, L) each position's token's candidate
-    for hi, (head, (K, _)) in enumerate(zip(ev.q.layers[li].heads, heads)):
-        keys, kinv = np.unique(K[dom.rows], axis=0, return_inverse=True)
-        kinv = kinv.reshape(-1)
-        for a in range(0, len(codes), step):
-            c = slice(a, min(len(codes), a + step))
-            ctx = arith.context((c.stop - a, 1))
-            Q = ev._lin(head.W_Q, codes[c, None, :], head.b_Q, ctx, f"L{li}.H{hi}.q")
-            S = arith.scores(Q, keys[None], ctx, f"L{li}.H{hi}.logits")[:, 0, kinv]  # (codes, candidates)
-            smax = np.maximum.reduceat(S, dom.starts, axis=1)  # (codes, L) each position's largest logit
-            sel = np.flatnonzero((inv >= a) & (inv < c.stop))
-            row = inv[sel] - a
-            M = np.where(br.fixed[sel], S[row[:, None], own[sel]], np.iinfo(np.int64).min).max(axis=1)
-            bad[sel] |= ~certified(arith, smax[row], M) & ~br.fixed[sel]
-            score[sel] = np.maximum(score[sel], smax[row] - M[:, None])
-    return bad, score
+@dataclass
+class _Logits:
+    """Layer li's logits in a case, per head: for each distinct query (the layer's input streams on
+    the columns W_Q reads; a branch's `code` says which) and each distinct key (`_Table`), and each
+    position's largest over its domain's keys."""
+
+    S: list[np.ndarray]  # per head (codes, keys)
+    smax: list[np.ndarray]  # per head (codes, L)
+    key_of: list[np.ndarray]  # per head (candidates,) the candidate's key
+
+    @classmethod
+    def of(cls, ev: Evaluator, li: int, tables: list[_Table], br: Branches, dom: Domains) -> "_Logits":
+        arith, layer = cast(Fixed, ev.arith), ev.q.layers[li]
+        cols = np.flatnonzero(np.any(np.concatenate([h.W_Q for h in layer.heads]) != 0, axis=0))
+        br.code, first = _group([br.X[:, cols]])
+        if len(first) * max(len(t.keys) for t in tables) > CHUNK:
+            raise TooLarge(f"more than {CHUNK:,} logits of distinct queries and keys in a layer")
+        ctx = arith.context((len(first), 1))
+        position = np.repeat(np.arange(len(dom.size)), dom.size)
+        out = cls([], [], [])
+        for hi, (head, table) in enumerate(zip(layer.heads, tables)):
+            Q = ev._lin(head.W_Q, br.X[first, None, :], head.b_Q, ctx, f"L{li}.H{hi}.q")
+            S = arith.scores(Q, table.keys[None], ctx, f"L{li}.H{hi}.logits")[:, 0]
+            n = len(table.keys)
+            key_of = table.key_of[dom.rows]
+            pairs = np.unique(position * n + key_of)  # the distinct (position, key), by position
+            out.S.append(S)
+            out.smax.append(np.maximum.reduceat(S[:, pairs % n], np.searchsorted(pairs // n, np.arange(len(dom.size))),
+                                                axis=1))
+            out.key_of.append(key_of)
+        return out
+
+    def fixed_max(self, br: Branches, dom: Domains, V: int) -> np.ndarray:
+        """(B, heads): M, the largest logit of a fixed position."""
+        L = len(dom.size)
+        own = dom.at[np.arange(L) * V + br.tokens]  # each position's token's candidate (-1 where free: masked)
+        return np.stack([np.where(br.fixed, S[br.code[:, None], key_of[own]], np.iinfo(np.int64).min).max(axis=1)
+                         for S, key_of in zip(self.S, self.key_of)], axis=1)
+
+    def of_token(self, br: Branches, at: np.ndarray, dom: Domains, V: int) -> np.ndarray:
+        """(B, heads): the logit of each branch's token at its position `at`."""
+        cand = dom.at[at * V + br.tokens[np.arange(len(at)), at]]
+        return np.stack([S[br.code, key_of[cand]] for S, key_of in zip(self.S, self.key_of)], axis=1)
+
+    def failing(self, arith: Fixed, code: np.ndarray, M: np.ndarray, cols: np.ndarray,
+                open_: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Of the positions `cols` still open (B, C): those some head may weigh (module docstring,
+        2), and their largest logit less M (what the split picks by)."""
+        bad = np.zeros(open_.shape, bool)
+        score = np.full(open_.shape, np.iinfo(np.int64).min)
+        for h, smax in enumerate(self.smax):
+            s = smax[code[:, None], cols]
+            bad |= ~certified(arith, s, M[:, h]) & open_
+            score = np.maximum(score, s - M[:, h, None])
+        return bad, score
 
 
-def _apply(ev: Evaluator, heads, li: int, br: Branches, opts: RunOptions) -> np.ndarray:
-    """Layer li at the last position of every branch's first completion (evaluator's own softmax,
-    mix, W_O, residual and FFN): (B, d)."""
+def _apply(ev: Evaluator, heads: list[_Table], li: int, br: Branches, opts: RunOptions) -> np.ndarray:
+    """Layer li at the last position of every branch's representative (evaluator's own softmax,
+    mix, W_O, residual and FFN), its heads over the fixed positions only: the others' exp codes
+    and terms are exactly 0 (`_certify`), and the softmax's and the mix's sums are exact, so
+    leaving them out changes no code (`_same` checks it on every case): (B, d)."""
     arith, layer = ev.arith, ev.q.layers[li]
-    B, L = br.tokens.shape
-    rows = np.arange(L) * len(ev.q.vocab) + br.tokens
-    mask = np.ones((1, L), bool) if layer.causal else None  # the last position sees every position
+    V = len(ev.q.vocab)
     out = np.empty_like(br.X)
-    step = max(1, CHUNK // max(L * max(K.shape[1] + V.shape[1] for K, V in heads), 1))
-    for a in range(0, B, step):
-        opts.deadline.check()
-        r = slice(a, min(B, a + step))
-        ctx = arith.context((r.stop - a, 1))
-        Xq = br.X[r, None, :]
-        outs = []
-        for hi, (head, (K, Vt)) in enumerate(zip(layer.heads, heads)):
-            Q = ev._lin(head.W_Q, Xq, head.b_Q, ctx, f"L{li}.H{hi}.q")
-            S = arith.scores(Q, K[rows[r]], ctx, f"L{li}.H{hi}.logits", mask)
-            outs.append(ev._attend(layer, f"L{li}.H{hi}", S, Vt[rows[r]], mask, ctx))
-        out[r] = ev.finish_layer(li, Xq, outs, ctx)[:, 0]
+    width = br.fixed.sum(axis=1)
+    for k in np.unique(width):
+        group = np.flatnonzero(width == k)
+        at = np.nonzero(br.fixed[group])[1].reshape(len(group), k)  # each branch's fixed positions, in order
+        rows = at * V + np.take_along_axis(br.tokens[group], at, axis=1)
+        mask = np.ones((1, k), bool) if layer.causal else None  # the last position sees every position
+        step = max(1, CHUNK // max(k * max(h.K.shape[1] + h.V.shape[1] for h in heads), 1))
+        for a in range(0, len(group), step):
+            opts.deadline.check()
+            r = group[a:a + step]
+            ctx = arith.context((len(r), 1))
+            Xq = br.X[r, None, :]
+            outs = []
+            for hi, (head, table) in enumerate(zip(layer.heads, heads)):
+                Q = ev._lin(head.W_Q, Xq, head.b_Q, ctx, f"L{li}.H{hi}.q")
+                S = arith.scores(Q, table.K[rows[a:a + step]], ctx, f"L{li}.H{hi}.logits", mask)
+                outs.append(ev._attend(layer, f"L{li}.H{hi}", S, table.V[rows[a:a + step]], mask, ctx))
+            out[r] = ev.finish_layer(li, Xq, outs, ctx)[:, 0]
     return out
 
 
-def _covers(br: Branches, dom: Domains, case: Case) -> None:
-    """The leaves partition the case: their completions number its inputs."""
-    patterns, counts = np.unique(br.fixed, axis=0, return_counts=True)
-    total = sum(int(c) * int(np.prod(dom.size[~p].astype(object))) for p, c in zip(patterns, counts))
-    if total != case.count:
-        raise InternalError(f"the lookup engine's leaves cover {total:,} inputs of case {case.name}, which has "
-                            f"{case.count:,}")
-
-
-def _judge(ev: Evaluator, task, case: Case, br: Branches, dom: Domains, room: int) -> tuple[list[Found], float, int]:
+def _judge(ev: Evaluator, task, case: Case, br: Branches, dom: Domains, room: int, checked: int,
+           live: np.ndarray) -> tuple[list[Found], float, np.ndarray]:
     """The leaves' outputs against the task's answers: the failing inputs (every completion of a
-    failing leaf, up to `room`), the smallest margin and its input's index."""
+    failing leaf, up to `room`: the representative's member, over the positions free on every
+    member), the smallest margin and its input."""
     B = len(br.tokens)
-    _same(ev, br.take(np.arange(min(B, CHECKED))), dom, case)
     ctx = ev.arith.context((B,))
     y = ev.scores(br.X, ctx)
     pred, tie = ev._decide(y)
     answers, valid = task.evaluate(br.tokens)
     if not valid.all():
-        raise InternalError(f"a leaf's first completion in case {case.name} is not an input of task {task.name}")
+        raise InternalError(f"a leaf's representative in case {case.name} is not an input of task {task.name}")
+    first = np.arange(min(B, checked))
+    _same(ev, br.take(first), dom, case, task, answers[first], live)
     judged = ev.judge(Outputs(y, pred, tie, np.zeros(B, bool)), answers)
     j = int(np.argmin(judged.margin))
     found: list[Found] = []
     for b in np.flatnonzero(judged.failed):
-        for tokens in _completions(br.tokens[b], br.fixed[b], case.domains, room - len(found)):
+        for tokens in _completions(br.tokens[b], br.touched[b], case.domains, room - len(found)):
             found.append(Found.of(judged, int(b), task.index_of(tokens), tokens))
         if len(found) >= room:
             break
-    return found, float(judged.margin[j]), task.index_of(br.tokens[j])
+    return found, float(judged.margin[j]), br.tokens[j]
 
 
-def _completions(tokens: np.ndarray, fixed: np.ndarray, domains, most: int):
-    """The first `most` completions of a leaf (its free positions over their domains)."""
-    free = np.flatnonzero(~fixed)
+def _completions(tokens: np.ndarray, touched: np.ndarray, domains, most: int):
+    """The first `most` members of a leaf that differ from its representative only where every
+    member is free (those positions over their domains)."""
+    free = np.flatnonzero(~touched)
     sizes = [len(domains[j]) for j in free]
     count = int(np.prod(np.array(sizes, dtype=object))) if len(free) else 1
     for k in range(min(most, count)):
@@ -355,15 +527,20 @@ def _completions(tokens: np.ndarray, fixed: np.ndarray, domains, most: int):
         yield row
 
 
-def _same(ev: Evaluator, br: Branches, dom: Domains, case: Case) -> None:
-    """The last position's stream of the first leaves' last completions (every free position at its
-    domain's last token: not the completion the stream was computed on), evaluated from their
-    tokens, is the one carried layer by layer."""
-    tokens = np.where(br.fixed, br.tokens, dom.pad[np.arange(len(dom.size)), dom.size - 1])
+def _same(ev: Evaluator, br: Branches, dom: Domains, case: Case, task, answers: np.ndarray, read: np.ndarray) -> None:
+    """Members of the first leaves, evaluated from their tokens: another member of the
+    representative's own (every position free on every member at its domain's last token) has the
+    whole stream carried layer by layer; the last member merged in has it on the columns the
+    readout reads, and the representative's answer."""
+    last = np.where(br.touched, br.tokens, dom.pad[np.arange(len(dom.size)), dom.size - 1])
     seen: dict[str, np.ndarray] = {}
-    ev.forward(tokens, rec=lambda name, value: seen.__setitem__(name, value))
-    last = len(ev.q.layers) - 1
-    stream = seen[f"L{last}.out" if ev.q.layers[last].has_ffn else f"L{last}.resid"][:, -1]
-    if not np.array_equal(stream, br.X):
+    ev.forward(np.concatenate([last, br.alt]), rec=lambda name, value: seen.__setitem__(name, value))
+    final = len(ev.q.layers) - 1
+    stream = seen[f"L{final}.out" if ev.q.layers[final].has_ffn else f"L{final}.resid"][:, -1]
+    B = len(br.tokens)
+    if not np.array_equal(stream[:B], br.X):
         raise InternalError(f"the last position's stream carried by the lookup engine differs from the evaluator's "
                             f"in case {case.name}: a certificate is wrong")
+    if not (np.array_equal(stream[B:, read], br.X[:, read]) and np.array_equal(task.evaluate(br.alt)[0], answers)):
+        raise InternalError(f"a member merged into a leaf of the lookup engine in case {case.name} has another output "
+                            f"or answer than the leaf: a merge is wrong")
