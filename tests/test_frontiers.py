@@ -8,7 +8,9 @@ import pytest
 
 from cli import main
 from verifier.runs.fit import fit, minimax
+from verifier.runs import sweep
 from verifier.runs.sweep import Frontier, FrontierRow, descend, frontier, p_star
+from verifier.support.errors import InputError
 
 DOUBLINGS = [2 ** e for e in range(1, 9)]  # N = 2 .. 256
 
@@ -97,6 +99,23 @@ def test_descend_goes_up_while_refuted_and_stops_when_its_budget_is_spent():
                                                                   7: "proved", 8: "proved"}
     spent = descend("equality", [2, 4], 6, budget=1e-6, scheduler="serial")
     assert spent.rows == [] and spent.partial.startswith("the budget of")
+
+
+def test_descend_steps_up_by_less_where_the_format_cannot_hold_p(monkeypatch):
+    """A p whose sums int64 cannot hold is refused before any work (an input error): going up while
+    refuted, the scan tries the smaller steps, and where none fits the frontier stops there, saying
+    why, instead of failing."""
+    built = sweep.build_problem
+
+    def capped(task, **kw):
+        if kw["p"] >= 5:
+            raise InputError(f"p={kw['p']} does not fit")
+        return built(task, **kw)
+
+    monkeypatch.setattr(sweep, "build_problem", capped)
+    scan = descend("equality", [8, 16], 2, step=3, scheduler="serial")
+    assert scan.rows[0].verdicts == {2: "refuted", 4: "refuted"} and len(scan.rows) == 1
+    assert scan.partial == "stopped at N = 8: p = 4 refuted, the largest p tried; p = 5 refused: p=5 does not fit"
 
 
 def test_a_sweep_over_the_width_of_T_gives_k_star(capsys, tmp_path):

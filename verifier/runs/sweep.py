@@ -395,9 +395,16 @@ def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int 
                 except InputError as exc:  # a size refused before any work
                     partial = f"N = {N} refused: {exc}"
                     break
+                refused = ""
                 while verdict == Verdict.REFUTED and p + step <= most:
-                    p += step
-                    verdict = decide(N, p)
+                    for q in range(p + step, p, -1):  # the largest step up whose sums the format holds
+                        try:
+                            verdict, p, refused = decide(N, q), q, ""
+                            break
+                        except InputError as exc:
+                            refused = f"; p = {q} refused: {exc}"
+                    else:
+                        break
                 undecided = []
                 if verdict == Verdict.PROVED:
                     while p > least and (below := decide(N, p - 1)) == Verdict.PROVED:
@@ -411,7 +418,7 @@ def descend(task: str, Ns: list[int], start: int, *, most: int = 40, least: int 
                     break
                 if verdict != Verdict.PROVED:
                     partial = (f"stopped at N = {N}: p = {p} {verdict}"
-                               + (" (time limit)" if verdict == Verdict.UNKNOWN else ", the largest p tried"))
+                               + (" (time limit)" if verdict == Verdict.UNKNOWN else ", the largest p tried" + refused))
                     break
                 top = p + 1
         except KeyboardInterrupt:
