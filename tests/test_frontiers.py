@@ -7,8 +7,8 @@ import math
 import pytest
 
 from cli import main
-from verifier.runs.fit import fit, minimax
 from verifier.runs import sweep
+from verifier.runs.fit import fit, minimax
 from verifier.runs.sweep import Frontier, FrontierRow, descend, frontier, p_star
 from verifier.support.errors import InputError
 

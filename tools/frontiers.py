@@ -61,9 +61,14 @@ SPECS = [
     # 16 integer bits (the previous-token head's range at N = 64), so p* - 16 = f*, the fraction bits; with
     # f = p / 2 the previous-token head is no longer exactly local from N = 16 and the prefix engine refuses
     Spec("frontier-dyck22", "Dyck-(2,2) transformer, 16 integer bits", "dyck22", 2, 17, 1200, {"int_bits": 16}),
-    Spec("frontier-composition-L2", "composition, L = 2", "composition", 2, 8, 120, {"depth": 2}),
-    Spec("frontier-composition-L3", "composition, L = 3", "composition", 2, 8, 60, {"depth": 3}),
-    Spec("frontier-composition-L4", "composition, L = 4", "composition", 2, 8, 60, {"depth": 4}),
+    # 16 integer bits too: lambda grows as N^2 log N (about 23,000 at L = 2, N = 64), which f = p / 2 holds only
+    # from p = 30, where int64 no longer holds the sums of products (p <= 29 at 194 terms)
+    Spec("frontier-composition-L2", "composition, L = 2, 16 integer bits", "composition", 2, 17, 1800,
+         {"depth": 2, "int_bits": 16}),
+    Spec("frontier-composition-L3", "composition, L = 3, 16 integer bits", "composition", 2, 17, 1200,
+         {"depth": 3, "int_bits": 16}),
+    Spec("frontier-composition-L4", "composition, L = 4, 16 integer bits", "composition", 2, 17, 1200,
+         {"depth": 4, "int_bits": 16}),
     # the bounds engine, not auto's enumeration: at N = 8 enumerating took 36 s a width, the engine 0.2 s
     Spec("width-mqar", "MQAR, width of T", "mqar", 2, WIDTH_P, None, {"engine": "bounds"}, widths=True),
     Spec("width-nearest-neighbour", "nearest neighbour, width of T", "nearest_neighbour", 2, WIDTH_P, None,
