@@ -11,13 +11,15 @@ equality and disjointness by the aggregate engine at their frontier's p*(N) = 2 
 layer reads every position, and the engine refuses); the Dyck-(2,2) transformer (three layers, two
 of them attending) by the prefix engine at f = log2 N + 1 and p = 3 log2 N + 5, the smallest p it
 proves at N = 8, 16, 32 (below, its previous-token head's window is wider than the engine takes, and
-it refuses); L-fold composition at depths 2, 3 and 4 (n = 2) by the lookup engine at FX(20, 8)
-(lambda grows with N: at p = 16 it saturates from N = 16 at depth 2).  N doubles from 2 for
-composition, from 4 for the others:
+it refuses); L-fold composition at depths 2, 3 and 4 (n = 2) by the lookup engine at FX(28, 12), 16
+integer bits (lambda grows as N^2 log N: about 5,300 at depth 2, N = 64) and p above p*(N) to N = 64
+at depth 2, 32 at depth 3 and 16 at depth 4 (beyond, int64 cannot hold its sums at p = 28: refused).
+N doubles from 2 for composition, from 4 for the others:
 
 * the new engine's seconds (engine seconds: the problem's construction, the replay and the sample
   check are left out), or why it refuses the problem;
-* today's best engine (enumeration, or the SMT engine where it is faster) up to the largest N it
+* today's best engine (enumeration, or the SMT engine where it is faster; for composition also the
+  lookup engine without merging branches, as it was before it merged them) up to the largest N it
   decides within the budget, and the ratio of the two where both decide;
 * the largest N proved within the budget, and the growth exponent log(t2 / t1) / log 2 over the last
   doubling.
@@ -36,6 +38,7 @@ import time
 
 import verifier
 from verifier.engines import ENGINES, RunOptions
+from verifier.engines.lookup import Lookup
 from verifier.support.budget import Deadline
 from verifier.verdicts import Status
 
@@ -44,16 +47,17 @@ CONSTRUCTIONS = [("induction_heads", dict(p=24, f=4, sigma=3), "bounds"), ("mqar
                  ("equality", dict(p=lambda N: 2 * int(math.log2(N))), "aggregate"),
                  ("disjointness", dict(p=lambda N: 2 * int(math.log2(N)) + 4), "aggregate"),
                  ("dyck22", dict(p=lambda N: 3 * int(math.log2(N)) + 5, f=lambda N: int(math.log2(N)) + 1), "prefix")]
-CONSTRUCTIONS += [("composition", dict(depth=L, n=2, p=20, f=8), "lookup") for L in (2, 3, 4)]
+CONSTRUCTIONS += [("composition", dict(depth=L, n=2, p=28, f=12), "lookup") for L in (2, 3, 4)]
 SMALLEST = {"composition": 2}  # the first N (4 otherwise)
+TODAY = {"exhaustive": ENGINES["exhaustive"], "smt": ENGINES["smt"]}
+TODAY_ALSO = {"composition": {"unmerged lookup": Lookup(merge=False)}}
 BELOW = [("mqar", 32, 12), ("mqar", 64, 13), ("mqar", 64, 14), ("mqar", 64, 15), ("mqar", 64, 16),
          ("nearest_neighbour", 32, 10), ("nearest_neighbour", 64, 10), ("nearest_neighbour", 64, 11),
          ("nearest_neighbour", 64, 16)]
 
 
-def engine_run(name: str, problem, budget: float) -> tuple[str, float]:
+def engine_run(engine, problem, budget: float) -> tuple[str, float]:
     """(proved / refuted / unknown / refused: why, engine seconds) of one engine on a problem."""
-    engine = ENGINES[name]
     opts = RunOptions(deadline=Deadline(budget), workers=1, solver="auto")  # the SMT engine's best solver
     why = engine.unsupported(problem, opts)
     if why is not None:
@@ -80,7 +84,7 @@ def main() -> None:
     if args.below:
         print(f"bounds engine, engine seconds, budget {args.budget:.0f} s a run")
         for task, N, p in BELOW:
-            verdict, seconds = engine_run("bounds", verifier.build_problem(task, N=N, p=p), args.budget)
+            verdict, seconds = engine_run(ENGINES["bounds"], verifier.build_problem(task, N=N, p=p), args.budget)
             print(f"  {task:<18} N={N:<3} p={p:<3} {verdict:<8} {seconds:7.2f} s", flush=True)
         return
     for task, kw, new in CONSTRUCTIONS:
@@ -92,15 +96,19 @@ def main() -> None:
         baseline_on = True
         N = SMALLEST.get(task, 4)
         while N <= args.largest:
-            problem = verifier.build_problem(task, N=N, **{k: v(N) if callable(v) else v for k, v in kw.items()})
+            try:
+                problem = verifier.build_problem(task, N=N, **{k: v(N) if callable(v) else v for k, v in kw.items()})
+            except verifier.InputError as exc:  # a format int64 cannot hold at this N: every engine refuses it
+                print(f"  N={N:<4} refused by every engine: {exc}", flush=True)
+                break
             if proved and proved[-1][0] != N // 2:  # the new engine stopped proving: only today's go on
                 vb, tb = "not run", 0.0
             else:
-                vb, tb = engine_run(new, problem, args.budget)
+                vb, tb = engine_run(ENGINES[new], problem, args.budget)
             line = f"  N={N:<4} {new} {vb if vb.startswith('refused') else f'{vb:<8} {tb:7.2f} s'}"
             if baseline_on:
-                runs = [(name,) + engine_run(name, problem, args.baseline_budget or args.budget)
-                        for name in ("exhaustive", "smt")]
+                runs = [(name,) + engine_run(engine, problem, args.baseline_budget or args.budget)
+                        for name, engine in (TODAY | TODAY_ALSO.get(task, {})).items()]
                 decided = [r for r in runs if r[1] in ("proved", "refuted")]
                 if decided:
                     name, vs, ts = min(decided, key=lambda r: r[2])

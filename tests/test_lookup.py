@@ -214,6 +214,24 @@ def test_the_target_size_is_decided():
     assert result.stats["lookup_leaves"] == 16 * 16 and result.stats["unmerged_cases"] == 0
 
 
+@pytest.mark.parametrize("p,f", [(8, 4), (10, 5)])
+def test_merging_changes_the_leaves_not_the_verdict(p, f):
+    """Composition L = 3 at N = 2 on both sides of its failures (refuted at FX(8, 4), with more than
+    10^5 failing inputs in the first case: each engine lists 100 of them, not the same 100): the same
+    verdict and smallest margin merged and unmerged (the benchmarks' baseline), on fewer leaves.
+    Where it proves, a case ends merged with one leaf per answer i_3 (8), unmerged with one per path
+    (2 x 4 x 8 = 64)."""
+    problem = _format(build_problem("composition", N=2, depth=3, n=2, p=p), p, f)
+    opts = RunOptions(max_counterexamples=100)
+    merged, unmerged = Lookup().run(problem, opts), Lookup(merge=False).run(problem, opts)
+    assert len(merged.found) == len(unmerged.found) == (100 if p == 8 else 0)
+    assert merged.min_margin == unmerged.min_margin and merged.covered == unmerged.covered
+    assert merged.stats["lookup_leaves"] < unmerged.stats["lookup_leaves"]
+    if not merged.found:
+        cases = len(list(verifier.tasks.base.case_splits(problem.task)))
+        assert (merged.stats["lookup_leaves"], unmerged.stats["lookup_leaves"]) == (8 * cases, 64 * cases)
+
+
 def test_a_key_reading_a_written_column_is_refused():
     problem = build_problem("composition", N=2, depth=2, n=2, p=10)
     model = problem.model

@@ -61,8 +61,8 @@ SPECS = [
     # 16 integer bits (the previous-token head's range at N = 64), so p* - 16 = f*, the fraction bits; with
     # f = p / 2 the previous-token head is no longer exactly local from N = 16 and the prefix engine refuses
     Spec("frontier-dyck22", "Dyck-(2,2) transformer, 16 integer bits", "dyck22", 2, 17, 1200, {"int_bits": 16}),
-    # 16 integer bits too: lambda grows as N^2 log N (about 23,000 at L = 2, N = 64), which f = p / 2 holds only
-    # from p = 30, where int64 no longer holds the sums of products (p <= 29 at 194 terms)
+    # 16 integer bits too: lambda grows as M^2 log M (about 5,300 at L = 2, N = 64; scores reach 2 lambda), which
+    # f = p / 2 holds only from p = 30, where int64 no longer holds the sums of products (p <= 28 at 194 terms)
     Spec("frontier-composition-L2", "composition, L = 2, 16 integer bits", "composition", 2, 17, 1800,
          {"depth": 2, "int_bits": 16}),
     Spec("frontier-composition-L3", "composition, L = 3, 16 integer bits", "composition", 2, 17, 1200,

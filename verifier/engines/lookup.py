@@ -138,6 +138,9 @@ class Lookup:
     name = "lookup"
     symbolic = True  # PROVED is an argument over branches, not an evaluation of every input
 
+    def __init__(self, merge: bool = True) -> None:
+        self.merge = merge  # False: no branch is merged (module docstring, 4): the benchmarks' baseline
+
     def unsupported(self, problem: Problem, opts: RunOptions) -> Optional[str]:
         task = problem.task
         why = last_position_codes(problem, opts, "lookup", "the saturations at positions no layer reads")
@@ -175,8 +178,9 @@ class Lookup:
                 room = opts.max_counterexamples - len(result.found)
                 decide = functools.partial(_decide, ev, tables, task, case, opts, live, room, CHECKED if n == 0 else 1)
                 try:
-                    leaves, work, found, margin, tokens = decide(True)
-                    if 0 < len(found) < room:  # the members of a merged leaf are not all listed: list them unmerged
+                    leaves, work, found, margin, tokens = decide(self.merge)
+                    # the members of a merged leaf are not all listed: list them from the leaves unmerged
+                    if self.merge and 0 < len(found) < room:
                         leaves, work, found, margin, tokens = decide(False)
                 except _Unmerge:
                     stats["unmerged_cases"] += 1
@@ -462,7 +466,7 @@ class _Logits:
 def _apply(ev: Evaluator, heads: list[_Table], li: int, br: Branches, opts: RunOptions) -> np.ndarray:
     """Layer li at the last position of every branch's representative (evaluator's own softmax,
     mix, W_O, residual and FFN), its heads over the fixed positions only: the others' exp codes
-    and terms are exactly 0 (`_certify`), and the softmax's and the mix's sums are exact, so
+    and terms are exactly 0 (`certified`), and the softmax's and the mix's sums are exact, so
     leaving them out changes no code (`_same` checks it on every case): (B, d)."""
     arith, layer = ev.arith, ev.q.layers[li]
     V = len(ev.q.vocab)
