@@ -109,13 +109,19 @@ class _States:
 
 @dataclass
 class _Round:
-    """One length's candidates: each one's parent pair and token, and the kept pair it merged into;
+    """One length's candidates, (parent pair, symbol) row by row: candidate c is pair c // n's with
+    token symbols[c % n] (not stored per candidate: they are many); the kept pair each merged into;
     the kept pairs' first candidates."""
 
-    parent: np.ndarray
-    token: np.ndarray
+    symbols: np.ndarray
     kept: np.ndarray
     first: np.ndarray
+
+    def parent(self, c: np.ndarray | int) -> Any:
+        return c // len(self.symbols)
+
+    def token(self, c: np.ndarray | int) -> Any:
+        return self.symbols[c % len(self.symbols)]
 
 
 class Prefix:
@@ -177,9 +183,7 @@ class Prefix:
                     raise TooLarge(f"{len(states.dfa) * walk.A:,} candidate pairs at length {t}, more than the "
                                    f"{MAX_STATES:,} the prefix engine takes")
                 symbols = np.arange(walk.A) if t else np.array([task.bos])
-                parent = np.repeat(np.arange(len(states.dfa)), len(symbols))
-                token = np.tile(symbols, len(states.dfa))
-                kept, first, new, dfa, y, of = walk.step(t, states, symbols, token, opts)
+                kept, first, new, dfa, y, of = walk.step(t, states, symbols, opts)
                 expected = np.isin(dfa, task.accepting)
                 # per distinct readout row, then per candidate: the rows are few, the candidates many
                 pred, tie = walk.ev._decide(y)
@@ -187,7 +191,7 @@ class Prefix:
                 real = walk.ev.arith.to_real(y)
                 m = np.where(expected, *(readout_margins(real, np.full(len(y), e), ro.kind, float(ro.theta))[of]
                                          for e in (1, 0)))
-                rounds.append(_Round(parent, token, kept, first))
+                rounds.append(_Round(symbols, kept, first))
                 walk.check(rounds, t, y, of)
                 fails = np.flatnonzero((pred[of] != expected) | tie[of])
                 if len(fails):
@@ -338,10 +342,10 @@ class _Walk:
                                                                 for c in self.firsts],
                        [np.zeros((1, 0), np.int64) for _ in self.laters], np.zeros(1, np.int64))
 
-    def step(self, t: int, states: _States, symbols: np.ndarray, token: np.ndarray, opts: RunOptions
+    def step(self, t: int, states: _States, symbols: np.ndarray, opts: RunOptions
              ) -> tuple[np.ndarray, np.ndarray, _States, np.ndarray, np.ndarray, np.ndarray]:
-        """Position t of every candidate, (parent pair, symbol) row by row (candidate i: pair i // n,
-        token[i] = symbols[i % n]): (the kept pair each merges into, the first candidate of each kept
+        """Position t of every candidate, (parent pair, symbol) row by row (`_Round`; n symbols):
+        (the kept pair each merges into, the first candidate of each kept
         pair, the kept pairs, each candidate's DFA state, the readout scores of the distinct last
         rows, each candidate's row).  A layer's
         output at t is a function of its input at t and its heads' outputs, so each layer is
@@ -351,15 +355,16 @@ class _Walk:
         candidate's histogram is its parent's sum plus the new code's term (exact integers): the
         parents are n times fewer, and the candidates' first-layer histograms are not built."""
         ev, arith, q = self.ev, self.arith, self.ev.q
-        n, P = len(symbols), len(token)
-        r = t * self.V + token
+        n = len(symbols)
+        P = len(states.dfa) * n
 
         def spread(parents: np.ndarray, new: np.ndarray) -> np.ndarray:
             """(k, pairs) and (k, n): each candidate's column of its parent's plus its symbol's."""
             return (parents[:, :, None] + new[:, None, :]).reshape(len(parents), P)
 
         # columns one row each (candidates along a row): `_group` reads each column at a stride of 1
-        full = np.concatenate([np.repeat(states.window.T, n, axis=1), token[None, :]])  # positions t - width .. t
+        full = np.concatenate([np.repeat(states.window.T, n, axis=1), np.tile(symbols, len(states.dfa))[None, :]])
+        # ^ the tokens at positions t - width .. t
         keys = full[max(0, self.width - t):]  # those >= 0: the local heads' keys
         dfa = (self.task.dfa[states.dfa][:, symbols] if t else np.repeat(states.dfa, n)).reshape(-1)
         first: list[np.ndarray] = []  # per first-layer uniform head, each symbol's new code
@@ -391,7 +396,7 @@ class _Walk:
                 [_group([X[:, 0, self.live[li]], np.zeros(len(X), np.int64)])[0][of]]
             group, rep = _group(read + [v for sv in sums.values() for v in sv])
             X = _by_chunks(len(rep), lambda c, li=li, X=X, rep=rep, of=of, sums=sums:
-                           self._layer(li, t, X, rep[c], r, keys, of, sums))
+                           self._layer(li, t, X, rep[c], symbols, keys, of, sums))
             of = group
         y = _by_chunks(len(X), lambda c: ev.scores(X[c, 0], arith.context((len(X[c]),))))
         future = []  # each first-layer histogram's terms at the basis of the future columns (J, P)
@@ -405,12 +410,13 @@ class _Walk:
         kept = _States(full[1:, rep].T, hist, [h[:, rep].T for h in later], dfa[rep])
         return group, rep, kept, dfa, y, of
 
-    def _layer(self, li: int, t: int, X: Optional[np.ndarray], rep: np.ndarray, r: np.ndarray, keys: np.ndarray,
-               of: Optional[np.ndarray], sums: dict[int, np.ndarray]) -> np.ndarray:
+    def _layer(self, li: int, t: int, X: Optional[np.ndarray], rep: np.ndarray, symbols: np.ndarray,
+               keys: np.ndarray, of: Optional[np.ndarray], sums: dict[int, np.ndarray]) -> np.ndarray:
         """Layer li at position t for candidates `rep`: its output rows (n, 1, d)."""
         ev, arith = self.ev, self.arith
         layer = ev.q.layers[li]
         n = len(rep)
+        r = t * self.V + symbols[rep % len(symbols)]  # their (position, token) rows
         ctx = arith.context((n, 1))
         outs = []
         for hi, kind in enumerate(self.kinds[li]):
@@ -420,22 +426,22 @@ class _Walk:
             elif kind == "local":
                 table = cast(list, cast(_Layer0Tables, self.tables).logits)[hi]
                 krows = np.arange(t + 1 - len(keys), t + 1) * self.V + keys[:, rep].T
-                S = table.values[table.q_row[r[rep]][:, None, None], table.k_row[krows][:, None, :]]
+                S = table.values[table.q_row[r][:, None, None], table.k_row[krows][:, None, :]]
                 outs.append(ev._attend(layer, name, S, self.tables.v[hi][krows], None, ctx))
             else:
                 outs.append(arith.total(sums[hi][:, rep].T, None, ctx, f"{name}.out")[:, None, :])
-        Xq = self.tables.x0[r[rep]][:, None, :] if li == 0 else cast(np.ndarray, X)[cast(np.ndarray, of)[rep]]
+        Xq = self.tables.x0[r][:, None, :] if li == 0 else cast(np.ndarray, X)[cast(np.ndarray, of)[rep]]
         return ev.finish_layer(li, Xq, outs, ctx)
 
     def inputs(self, rounds: list[_Round], t: int, c: int) -> list[np.ndarray]:
         """The shortest input through candidate c of length t, as a list of one (the start token
         alone is not an input: a first symbol is added)."""
-        tokens = [int(rounds[t].token[c])]
-        s = int(rounds[t].parent[c])
+        tokens = [int(rounds[t].token(c))]
+        s = int(rounds[t].parent(c))
         for u in range(t - 1, -1, -1):
             c = int(rounds[u].first[s])
-            tokens.append(int(rounds[u].token[c]))
-            s = int(rounds[u].parent[c])
+            tokens.append(int(rounds[u].token(c)))
+            s = int(rounds[u].parent(c))
         tokens = tokens[::-1] + ([0] if t == 0 else [])
         return [np.array(tokens, np.int64)]
 
@@ -468,8 +474,8 @@ class _Walk:
     def _members(self, rounds: list[_Round], t: int, cands: np.ndarray) -> np.ndarray:
         """Every prefix through candidates `cands` of length t (at most LISTED), back along the
         merged pairs' candidates."""
-        suffix = rounds[t].token[cands][:, None]
-        state = rounds[t].parent[cands]
+        suffix = rounds[t].token(cands)[:, None]
+        state = rounds[t].parent(cands)
         for u in range(t - 1, -1, -1):
             rd = rounds[u]
             order = np.argsort(rd.kept, kind="stable")
@@ -482,8 +488,8 @@ class _Walk:
             row = np.repeat(np.arange(len(state)), n)
             offset = np.arange(len(row)) - np.repeat(np.cumsum(n) - n, n)
             c = order[start[state][row] + offset]
-            suffix = np.concatenate([rd.token[c][:, None], suffix[row]], axis=1)
-            state = rd.parent[c]
+            suffix = np.concatenate([rd.token(c)[:, None], suffix[row]], axis=1)
+            state = rd.parent(c)
         return suffix
 
 
