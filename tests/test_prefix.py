@@ -14,7 +14,7 @@ from helpers import declines_formats, prefix_shaped, random_saturating_format
 from verifier.engines import ENGINES, RunOptions, candidates, prefix
 from verifier.engines.base import Problem
 from verifier.engines.exhaustive import Exhaustive
-from verifier.engines.prefix import Prefix, basis_columns
+from verifier.engines.prefix import Prefix, _group, basis_columns
 from verifier.evaluator import Evaluator
 from verifier.model import Head, Layer, Model, Readout
 from verifier.runs.api import build_problem
@@ -191,6 +191,30 @@ def test_basis_columns_are_exact():
     T = np.array([[1, 2, 3, 1 << 40], [2, 4, 6, (1 << 41) + 1]])  # a float rank would call it 1
     assert basis_columns(T) == [0, 3]
     assert basis_columns(np.zeros((3, 4), np.int64)) == []
+
+
+def _unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    cols = [c for a in columns for c in (a.T if a.ndim == 2 else [a])]
+    _, first, group = np.unique(np.column_stack(cols), axis=0, return_index=True, return_inverse=True)
+    return group.reshape(-1), first
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_is_a_sorted_unique_of_the_rows(seed):
+    """`_group` against np.unique on the rows: groups numbered in the rows' order, each one's first
+    row; on every path (a table over a small packed range, a sort with the row index packed below,
+    columns of multiples of a weight, a packed range beyond int64, no rows, (P, k) blocks)."""
+    rng = np.random.default_rng(seed)
+    for P in (0, 1, 7, 3000, 40_000):
+        for width, offset, weight in [(3, 0, 1), (200, -50, 1), (1 << 20, 1 << 40, 1), (1 << 12, -(1 << 50), 1 << 30),
+                                      (1 << 30, -(1 << 61), 1), (P + 2, 5, 3)]:
+            k = int(rng.integers(1, 5))
+            cols = [rng.integers(0, width, P) * weight + offset + int(rng.integers(-3, 4)) for _ in range(k)]
+            if k > 1 and rng.random() < 0.5:
+                cols = [np.column_stack(cols[:2]), *cols[2:]]
+            group, first = _group(cols)
+            expected = _unique_rows(cols)
+            assert np.array_equal(group, expected[0]) and np.array_equal(first, expected[1]), (P, width, k)
 
 
 def test_a_wrong_composition_is_an_internal_error(monkeypatch):

@@ -39,6 +39,7 @@ candidate pairs at one length are refused (`TooLarge`).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -61,6 +62,7 @@ MAX_STATES = 1 << 23  # candidate pairs (kept pairs x symbols) of one length
 CHUNK = 1 << 15  # candidate pairs computed at once
 CHECKED = 4  # candidates per length also evaluated from their tokens alone
 LISTED = 1 << 16  # failing inputs rebuilt at most
+COUNTED = 4  # `_group` numbers rows by a table when their packed range is at most this many per row
 MAX_WINDOW_CODES = 1 << 16  # token windows of the local heads (the pairs keep the window's tokens)
 
 
@@ -104,20 +106,22 @@ class _States:
     later: list[np.ndarray]  # per later uniform head, the histogram (S, codes seen)
     dfa: np.ndarray  # (S,)
 
-    def take(self, rows: np.ndarray) -> "_States":
-        return _States(self.window[rows], [h[rows] for h in self.first], [h[rows] for h in self.later],
-                       self.dfa[rows])
-
 
 @dataclass
 class _Round:
-    """One length's candidates: each one's parent pair and token, and the kept pair it merged into;
+    """One length's candidates, (parent pair, symbol) row by row: candidate c is pair c // n's with
+    token symbols[c % n] (not stored per candidate: they are many); the kept pair each merged into;
     the kept pairs' first candidates."""
 
-    parent: np.ndarray
-    token: np.ndarray
+    symbols: np.ndarray
     kept: np.ndarray
     first: np.ndarray
+
+    def parent(self, c: np.ndarray | int) -> Any:
+        return c // len(self.symbols)
+
+    def token(self, c: np.ndarray | int) -> Any:
+        return self.symbols[c % len(self.symbols)]
 
 
 class Prefix:
@@ -178,22 +182,25 @@ class Prefix:
                 if len(states.dfa) * walk.A > MAX_STATES:
                     raise TooLarge(f"{len(states.dfa) * walk.A:,} candidate pairs at length {t}, more than the "
                                    f"{MAX_STATES:,} the prefix engine takes")
-                parent = np.repeat(np.arange(len(states.dfa)), walk.A) if t else np.zeros(1, np.int64)
-                token = np.tile(np.arange(walk.A), len(states.dfa)) if t else np.array([task.bos])
-                kept, first, new, y, pred, tie = walk.step(t, states, parent, token, opts)
-                expected = np.isin(new.dfa, task.accepting).astype(np.int64)
+                symbols = np.arange(walk.A) if t else np.array([task.bos])
+                kept, first, new, dfa, y, of = walk.step(t, states, symbols, opts)
+                expected = np.isin(dfa, task.accepting)
+                # per distinct readout row, then per candidate: the rows are few, the candidates many
+                pred, tie = walk.ev._decide(y)
                 ro = walk.ev.q.readout
-                m = readout_margins(walk.ev.arith.to_real(y), expected, ro.kind, float(ro.theta))
-                rounds.append(_Round(parent, token, kept, first))
-                walk.check(rounds, t, y)
-                fails = np.flatnonzero((pred != expected) | tie)
+                real = walk.ev.arith.to_real(y)
+                m = np.where(expected, *(readout_margins(real, np.full(len(y), e), ro.kind, float(ro.theta))[of]
+                                         for e in (1, 0)))
+                rounds.append(_Round(symbols, kept, first))
+                walk.check(rounds, t, y, of)
+                fails = np.flatnonzero((pred[of] != expected) | tie[of])
                 if len(fails):
                     bad = fails
                     break
                 j = int(np.argmin(m))
                 if m[j] < margin:
                     margin, tightest = float(m[j]), (t, j)
-                states = new.take(first)
+                states = new
                 largest = max(largest, len(first))
                 if opts.progress:
                     opts.progress(Tick(task.count_up_to(t), task.total, case=f"length {t}, {len(first):,} pairs"))
@@ -335,23 +342,33 @@ class _Walk:
                                                                 for c in self.firsts],
                        [np.zeros((1, 0), np.int64) for _ in self.laters], np.zeros(1, np.int64))
 
-    def step(self, t: int, states: _States, parent: np.ndarray, token: np.ndarray,
-             opts: RunOptions) -> tuple[np.ndarray, np.ndarray, _States, np.ndarray, np.ndarray, np.ndarray]:
-        """Position t of every candidate (parent pair, token): (the kept pair each merges into, the
-        first candidate of each kept pair, the new pairs, readout scores, answers, ties).  A layer's
+    def step(self, t: int, states: _States, symbols: np.ndarray, opts: RunOptions
+             ) -> tuple[np.ndarray, np.ndarray, _States, np.ndarray, np.ndarray, np.ndarray]:
+        """Position t of every candidate, (parent pair, symbol) row by row (`_Round`; n symbols):
+        (the kept pair each merges into, the first candidate of each kept
+        pair, the kept pairs, each candidate's DFA state, the readout scores of the distinct last
+        rows, each candidate's row).  A layer's
         output at t is a function of its input at t and its heads' outputs, so each layer is
         computed once per distinct (input row, head outputs) among
         the candidates (`_group`), by the evaluator's own functions; of its input row, only the
-        columns that the rest of the model reads at t (`_live`)."""
+        columns that the rest of the model reads at t (`_live`).  A uniform head's sum over a
+        candidate's histogram is its parent's sum plus the new code's term (exact integers): the
+        parents are n times fewer, and the candidates' first-layer histograms are not built."""
         ev, arith, q = self.ev, self.arith, self.ev.q
-        P = len(token)
-        rows = np.arange(P)
-        r = t * self.V + token
-        full = np.concatenate([states.window[parent], token[:, None]], axis=1)  # positions t - width .. t
-        keys = full[:, max(0, self.width - t):]  # those >= 0: the local heads' keys
-        dfa = self.task.dfa[states.dfa[parent], token] if t else states.dfa[parent]
-        first: list[np.ndarray] = []
-        later: list[np.ndarray] = []
+        n = len(symbols)
+        P = len(states.dfa) * n
+
+        def spread(parents: np.ndarray, new: np.ndarray) -> np.ndarray:
+            """(k, pairs) and (k, n): each candidate's column of its parent's plus its symbol's."""
+            return (parents[:, :, None] + new[:, None, :]).reshape(len(parents), P)
+
+        # columns one row each (candidates along a row): `_group` reads each column at a stride of 1
+        full = np.concatenate([np.repeat(states.window.T, n, axis=1), np.tile(symbols, len(states.dfa))[None, :]])
+        # ^ the tokens at positions t - width .. t
+        keys = full[max(0, self.width - t):]  # those >= 0: the local heads' keys
+        dfa = (self.task.dfa[states.dfa][:, symbols] if t else np.repeat(states.dfa, n)).reshape(-1)
+        first: list[np.ndarray] = []  # per first-layer uniform head, each symbol's new code
+        later: list[np.ndarray] = []  # per later uniform head, each candidate's histogram (codes, P)
         X: Any = None  # the distinct rows of the stream at t (after the first layer) ...
         of: Any = None  # ... and each candidate's
         for li, layer in enumerate(q.layers):
@@ -362,35 +379,44 @@ class _Walk:
                     continue
                 c = self.by_head[li, hi]
                 if li == 0:
-                    col, h = cast(np.ndarray, c.row_code)[r], states.first[len(first)][parent]
-                else:
-                    col = c.index(ev._lin(layer.heads[hi].W_V, X, layer.heads[hi].b_V, arith.context(X.shape[:-1]),
-                                          f"L{li}.H{hi}.v")[:, 0])[of]
-                    old = states.later[len(later)][parent]
-                    h = np.pad(old, ((0, 0), (0, len(c.codes) - old.shape[1])))
-                h[rows, col] += 1
-                (first if li == 0 else later).append(h)
-                sums[hi] = h @ self._terms(c, np.array([t]))[0]
-            read = keys if li == 0 else _group([X[:, 0, self.live[li]], np.zeros(len(X), np.int64)])[0][of][:, None]
-            group, rep = _group([read] + list(sums.values()))
+                    col, old = cast(np.ndarray, c.row_code)[t * self.V + symbols], states.first[len(first)]
+                    first.append(col)
+                    term = self._terms(c, np.array([t]))[0].T  # (m_v, codes)
+                    sums[hi] = spread(term @ old.T, np.take(term, col, axis=1))
+                    continue
+                col = c.index(ev._lin(layer.heads[hi].W_V, X, layer.heads[hi].b_V, arith.context(X.shape[:-1]),
+                                      f"L{li}.H{hi}.v")[:, 0])[of]
+                old, term = states.later[len(later)], self._terms(c, np.array([t]))[0].T  # codes seen so far
+                h = np.zeros((len(c.codes), P), np.int64)
+                h[:old.shape[1]] = np.repeat(old.T, n, axis=1)
+                h[col, np.arange(P)] += 1
+                later.append(h)
+                sums[hi] = np.repeat(term[:, :old.shape[1]] @ old.T, n, axis=1) + np.take(term, col, axis=1)
+            read = list(keys) if li == 0 else \
+                [_group([X[:, 0, self.live[li]], np.zeros(len(X), np.int64)])[0][of]]
+            group, rep = _group(read + [v for sv in sums.values() for v in sv])
             X = _by_chunks(len(rep), lambda c, li=li, X=X, rep=rep, of=of, sums=sums:
-                           self._layer(li, t, X, rep[c], r, keys, of, sums))
+                           self._layer(li, t, X, rep[c], symbols, keys, of, sums))
             of = group
-        y = _by_chunks(len(X), lambda c: ev.scores(X[c, 0], arith.context((len(X[c]),))))[of]
-        pred, tie = ev._decide(y)
-        new = _States(full[:, 1:], first, later, dfa)
-        future = [h @ T[t + 1:].transpose(1, 0, 2).reshape(len(c.codes), -1)[:, J]
-                  for h, c, T, J in zip(new.first, self.firsts, self.terms, [b[t] for b in self.basis])]
-        key = [new.window] + future + later + [new.dfa[:, None]]
-        group, rep = _group(key)
-        return group, rep, new, y, pred, tie
+        y = _by_chunks(len(X), lambda c: ev.scores(X[c, 0], arith.context((len(X[c]),))))
+        future = []  # each first-layer histogram's terms at the basis of the future columns (J, P)
+        for k, (c, T, basis) in enumerate(zip(self.firsts, self.terms, self.basis)):
+            TJ = T[t + 1:].transpose(1, 0, 2).reshape(len(c.codes), -1)[:, basis[t]].T
+            future.append(spread(TJ @ states.first[k].T, np.take(TJ, first[k], axis=1)))
+        group, rep = _group([*full[1:], *(v for f in future for v in f), *(v for h in later for v in h), dfa])
+        hist = [states.first[k][rep // n] for k in range(len(first))]
+        for h, col in zip(hist, first):
+            h[np.arange(len(rep)), col[rep % n]] += 1
+        kept = _States(full[1:, rep].T, hist, [h[:, rep].T for h in later], dfa[rep])
+        return group, rep, kept, dfa, y, of
 
-    def _layer(self, li: int, t: int, X: Optional[np.ndarray], rep: np.ndarray, r: np.ndarray, keys: np.ndarray,
-               of: Optional[np.ndarray], sums: dict[int, np.ndarray]) -> np.ndarray:
+    def _layer(self, li: int, t: int, X: Optional[np.ndarray], rep: np.ndarray, symbols: np.ndarray,
+               keys: np.ndarray, of: Optional[np.ndarray], sums: dict[int, np.ndarray]) -> np.ndarray:
         """Layer li at position t for candidates `rep`: its output rows (n, 1, d)."""
         ev, arith = self.ev, self.arith
         layer = ev.q.layers[li]
         n = len(rep)
+        r = t * self.V + symbols[rep % len(symbols)]  # their (position, token) rows
         ctx = arith.context((n, 1))
         outs = []
         for hi, kind in enumerate(self.kinds[li]):
@@ -399,32 +425,33 @@ class _Walk:
                 outs.append(np.zeros((n, 1, layer.heads[hi].W_V.shape[0]), np.int64))
             elif kind == "local":
                 table = cast(list, cast(_Layer0Tables, self.tables).logits)[hi]
-                krows = np.arange(t + 1 - keys.shape[1], t + 1) * self.V + keys[rep]
-                S = table.values[table.q_row[r[rep]][:, None, None], table.k_row[krows][:, None, :]]
+                krows = np.arange(t + 1 - len(keys), t + 1) * self.V + keys[:, rep].T
+                S = table.values[table.q_row[r][:, None, None], table.k_row[krows][:, None, :]]
                 outs.append(ev._attend(layer, name, S, self.tables.v[hi][krows], None, ctx))
             else:
-                outs.append(arith.total(sums[hi][rep], None, ctx, f"{name}.out")[:, None, :])
-        Xq = self.tables.x0[r[rep]][:, None, :] if li == 0 else cast(np.ndarray, X)[cast(np.ndarray, of)[rep]]
+                outs.append(arith.total(sums[hi][:, rep].T, None, ctx, f"{name}.out")[:, None, :])
+        Xq = self.tables.x0[r][:, None, :] if li == 0 else cast(np.ndarray, X)[cast(np.ndarray, of)[rep]]
         return ev.finish_layer(li, Xq, outs, ctx)
 
     def inputs(self, rounds: list[_Round], t: int, c: int) -> list[np.ndarray]:
         """The shortest input through candidate c of length t, as a list of one (the start token
         alone is not an input: a first symbol is added)."""
-        tokens = [int(rounds[t].token[c])]
-        s = int(rounds[t].parent[c])
+        tokens = [int(rounds[t].token(c))]
+        s = int(rounds[t].parent(c))
         for u in range(t - 1, -1, -1):
             c = int(rounds[u].first[s])
-            tokens.append(int(rounds[u].token[c]))
-            s = int(rounds[u].parent[c])
+            tokens.append(int(rounds[u].token(c)))
+            s = int(rounds[u].parent(c))
         tokens = tokens[::-1] + ([0] if t == 0 else [])
         return [np.array(tokens, np.int64)]
 
-    def check(self, rounds: list[_Round], t: int, y: np.ndarray) -> None:
-        """The readout at t of a few candidates, evaluated from their tokens alone, is the composed one."""
-        picks = np.unique(np.r_[np.arange(min(CHECKED, len(y))), len(y) - 1])
+    def check(self, rounds: list[_Round], t: int, y: np.ndarray, of: np.ndarray) -> None:
+        """The readout at t of a few candidates (scores y[of]), evaluated from their tokens alone, is the
+        composed one."""
+        picks = np.unique(np.r_[np.arange(min(CHECKED, len(of))), len(of) - 1])
         tokens = np.stack([self.inputs(rounds, t, int(c))[0] for c in picks])
         scores = self.ev.forward(tokens).scores[:, t]
-        if not np.array_equal(scores, y[picks]):
+        if not np.array_equal(scores, y[of[picks]]):
             raise InternalError(f"the prefix engine's composed readout at position {t} differs from the evaluator's "
                                 f"on {self.task.render(tokens[0])}: its merged states are wrong")
 
@@ -447,8 +474,8 @@ class _Walk:
     def _members(self, rounds: list[_Round], t: int, cands: np.ndarray) -> np.ndarray:
         """Every prefix through candidates `cands` of length t (at most LISTED), back along the
         merged pairs' candidates."""
-        suffix = rounds[t].token[cands][:, None]
-        state = rounds[t].parent[cands]
+        suffix = rounds[t].token(cands)[:, None]
+        state = rounds[t].parent(cands)
         for u in range(t - 1, -1, -1):
             rd = rounds[u]
             order = np.argsort(rd.kept, kind="stable")
@@ -461,30 +488,43 @@ class _Walk:
             row = np.repeat(np.arange(len(state)), n)
             offset = np.arange(len(row)) - np.repeat(np.cumsum(n) - n, n)
             c = order[start[state][row] + offset]
-            suffix = np.concatenate([rd.token[c][:, None], suffix[row]], axis=1)
-            state = rd.parent[c]
+            suffix = np.concatenate([rd.token(c)[:, None], suffix[row]], axis=1)
+            state = rd.parent(c)
         return suffix
 
 
 def _group(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the integer columns side by side (each (P,) or (P, k)): each row's group and the first
-    row of each group.  Rows are packed into one int64 by their columns' ranges, with the row's
-    index below them when that fits (a sort of numbers, not an argsort: several times faster)."""
+    """Rows of the integer columns side by side (each (P,) or (P, k)): each row's group, groups
+    numbered in the rows' lexicographic order, and the first row of each group.  Rows are packed
+    into one int64 by their columns' ranges (the first column most significant), then numbered by
+    a table over the packed range when it is within a few times P, else sorted with the row's index
+    below them when that fits (a sort of numbers, not an argsort: several times faster)."""
     cols = [c for a in columns for c in (a.T if a.ndim == 2 else [a])]
     P = len(cols[0]) if cols else 0
     bits = max(P - 1, 1).bit_length()
-    packed, span = np.zeros(P, np.int64), 1
-    for c in cols:
-        c = c - c.min(initial=0)
-        g = int(np.gcd.reduce(c[:64]))  # a column of multiples of a weight: its multipliers (the gcd
-        if g > 1 and not (c % g).any():  # of a few, checked on all: a sample's gcd is cheap)
-            c //= g
-        s = int(c.max(initial=0)) + 1
-        span *= s
-        if span >= 1 << 62:
-            _, rep, group = np.unique(np.column_stack(cols), axis=0, return_index=True, return_inverse=True)
-            return group.reshape(-1), rep
-        packed = packed * s + c
+    lo = [int(c.min()) if P else 0 for c in cols]
+    size = [int(c.max()) - m + 1 if P else 1 for c, m in zip(cols, lo)]
+    step = [1] * len(cols)
+    if math.prod(size) >= 1 << (62 - bits):  # a column of multiples of a weight: its multipliers
+        step = [int(np.gcd.reduce(c - m)) or 1 if s < 1 << 62 else 1 for c, m, s in zip(cols, lo, size)]
+        size = [(s - 1) // g + 1 for s, g in zip(size, step)]
+    span = math.prod(size)
+    if span >= 1 << 62:
+        _, rep, group = np.unique(np.column_stack(cols), axis=0, return_index=True, return_inverse=True)
+        return group.reshape(-1), rep
+    packed = np.zeros(P, np.int64)
+    for c, m, s, g in zip(cols, lo, size, step):  # in place: no temporaries of P rows
+        packed *= s
+        packed += c if g == 1 else c // g
+        packed -= m // g
+    if span <= max(COUNTED * P, 1 << 16):
+        seen = np.zeros(span, bool)
+        seen[packed] = True
+        number = np.cumsum(seen) - 1
+        group = number[packed]
+        rep = np.full(int(number[-1]) + 1, P, np.int64)
+        np.minimum.at(rep, group, np.arange(P))
+        return group, rep
     if span >= 1 << (62 - bits):
         _, rep, group = np.unique(packed, return_index=True, return_inverse=True)
         return group.reshape(-1), rep
