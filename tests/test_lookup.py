@@ -187,8 +187,8 @@ def test_a_merge_that_ignores_the_chase_is_caught(monkeypatch):
     shows it (no verdict)."""
     problem = _random_problem(12)
     Lookup().run(problem, RunOptions())
-    group = lookup._group
-    monkeypatch.setattr(lookup, "_group", lambda columns: group(columns[:1]))
+    group = lookup.group_rows
+    monkeypatch.setattr(lookup, "group_rows", lambda columns: group(columns[:1]))
     with pytest.raises(InternalError, match="a merge is wrong"):
         Lookup().run(problem, RunOptions())
 

@@ -12,9 +12,9 @@ import pytest
 from helpers import declines_formats, prefix_shaped, random_saturating_format
 
 from verifier.engines import ENGINES, RunOptions, candidates, prefix
-from verifier.engines.base import Problem
+from verifier.engines.base import Problem, group_rows
 from verifier.engines.exhaustive import Exhaustive
-from verifier.engines.prefix import Prefix, _group, basis_columns
+from verifier.engines.prefix import Prefix, basis_columns
 from verifier.evaluator import Evaluator
 from verifier.model import Head, Layer, Model, Readout
 from verifier.runs.api import build_problem
@@ -201,9 +201,9 @@ def _unique_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_group_is_a_sorted_unique_of_the_rows(seed):
-    """`_group` against np.unique on the rows: groups numbered in the rows' order, each one's first
+    """`group_rows` against np.unique on the rows: groups numbered in the rows' order, each one's first
     row; on every path (a table over a small packed range, a sort with the row index packed below,
-    columns of multiples of a weight, a packed range beyond int64, no rows, (P, k) blocks)."""
+    columns of multiples of a weight, a packed range beyond int64, no rows, (P, k) blocks, (P, 0) blocks)."""
     rng = np.random.default_rng(seed)
     for P in (0, 1, 7, 3000, 40_000):
         for width, offset, weight in [(3, 0, 1), (200, -50, 1), (1 << 20, 1 << 40, 1), (1 << 12, -(1 << 50), 1 << 30),
@@ -212,9 +212,13 @@ def test_group_is_a_sorted_unique_of_the_rows(seed):
             cols = [rng.integers(0, width, P) * weight + offset + int(rng.integers(-3, 4)) for _ in range(k)]
             if k > 1 and rng.random() < 0.5:
                 cols = [np.column_stack(cols[:2]), *cols[2:]]
-            group, first = _group(cols)
+            group, first = group_rows(cols)
             expected = _unique_rows(cols)
             assert np.array_equal(group, expected[0]) and np.array_equal(first, expected[1]), (P, width, k)
+        # a (P, 0) block (a head whose keys read no column) has P rows, all one group
+        for cols in ([np.zeros((P, 0), np.int64)], [np.zeros((P, 0), np.int64), np.full(P, 7)]):
+            group, first = group_rows(cols)
+            assert np.array_equal(group, np.zeros(P)) and np.array_equal(first, [0] * min(P, 1)), P
 
 
 def test_a_wrong_composition_is_an_internal_error(monkeypatch):

@@ -6,6 +6,7 @@ one place (`verifier.runs.api`), whatever the engine.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
@@ -19,6 +20,8 @@ from ..support.budget import Deadline
 from ..tasks import Task
 from ..tasks.base import Checked
 from ..verdicts import Reason, Status
+
+COUNTED = 4  # `group_rows` numbers rows by a table when their packed range is at most this many per row
 
 
 @dataclass
@@ -158,3 +161,47 @@ class Engine(Protocol):
         """Why this engine cannot run the problem, or None."""
 
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult: ...
+
+
+def group_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the integer columns side by side (each (P,) or (P, k)): each row's group, groups
+    numbered in the rows' lexicographic order, and the first row of each group.  Rows are packed
+    into one int64 by their columns' ranges (the first column most significant), then numbered by
+    a table over the packed range when it is within a few times P, else sorted with the row's index
+    below them when that fits (a sort of numbers, not an argsort: several times faster)."""
+    cols = [c for a in columns for c in (a.T if a.ndim == 2 else [a])]
+    P = len(columns[0]) if columns else 0  # of the arrays, not the columns: a (P, 0) block has rows
+    bits = max(P - 1, 1).bit_length()
+    lo = [int(c.min()) if P else 0 for c in cols]
+    size = [int(c.max()) - m + 1 if P else 1 for c, m in zip(cols, lo)]
+    step = [1] * len(cols)
+    if math.prod(size) >= 1 << (62 - bits):  # a column of multiples of a weight: its multipliers
+        step = [int(np.gcd.reduce(c - m)) or 1 if s < 1 << 62 else 1 for c, m, s in zip(cols, lo, size)]
+        size = [(s - 1) // g + 1 for s, g in zip(size, step)]
+    span = math.prod(size)
+    if span >= 1 << 62:
+        _, rep, group = np.unique(np.column_stack(cols), axis=0, return_index=True, return_inverse=True)
+        return group.reshape(-1), rep
+    packed = np.zeros(P, np.int64)
+    for c, m, s, g in zip(cols, lo, size, step):  # in place: no temporaries of P rows
+        packed *= s
+        packed += c if g == 1 else c // g
+        packed -= m // g
+    if span <= max(COUNTED * P, 1 << 16):
+        seen = np.zeros(span, bool)
+        seen[packed] = True
+        number = np.cumsum(seen) - 1
+        group = number[packed]
+        rep = np.full(int(number[-1]) + 1, P, np.int64)
+        np.minimum.at(rep, group, np.arange(P))
+        return group, rep
+    if span >= 1 << (62 - bits):
+        _, rep, group = np.unique(packed, return_index=True, return_inverse=True)
+        return group.reshape(-1), rep
+    order = np.sort((packed << bits) | np.arange(P))
+    at = order & ((1 << bits) - 1)
+    new = np.ones(P, bool)
+    new[1:] = (order[1:] >> bits) != (order[:-1] >> bits)
+    group = np.empty(P, np.int64)
+    group[at] = np.cumsum(new) - 1
+    return group, at[new]

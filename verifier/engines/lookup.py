@@ -73,8 +73,7 @@ from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import case_splits
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick, last_position_codes
-from .prefix import _group
+from .base import EngineResult, Found, Problem, RunOptions, Tick, group_rows, last_position_codes
 
 MAX_BRANCHES = 1 << 20  # branches alive at once (each holds its tokens and stream)
 CHUNK = 1 << 22  # elements of the largest temporary (branches x candidate rows)
@@ -246,7 +245,7 @@ def _tables(ev: Evaluator) -> list[list[_Table]]:
             K, Vt = [ev._by_rows(len(t.x0), ev._plan(W)[0].size,
                                  lambda r, ctx, W=W, b=b, name=f"L{li}.H{hi}.{s}": ev._lin(W, t.x0[r], b, ctx, name))[0]
                      for W, b, s in ((h.W_K, h.b_K, "k"), (h.W_V, h.b_V, "v"))]
-            key_of, first = _group([K])
+            key_of, first = group_rows([K])
             heads.append(_Table(K, Vt, K[first], key_of))
         out.append(heads)
     return out
@@ -294,7 +293,7 @@ def _leaves(ev: Evaluator, tables, task, case: Case, opts: RunOptions,
         while len(pending.tokens):
             opts.deadline.check()
             # siblings with the same M (a key that does not depend on the token) fail alike
-            kin, first = _group([family, M])
+            kin, first = group_rows([family, M])
             bad, score = (a[kin] for a in logits.failing(arith, pending.code[first], M[first], cols, open_[first]))
             failing = bad.any(axis=1)
             done.append(pending.take(np.flatnonzero(~failing)))
@@ -378,7 +377,7 @@ def _merge(task, br: Branches, cols: np.ndarray) -> Branches:
     add (the branches are disjoint).  Its other columns are the representative's own."""
     answers = task.evaluate(br.tokens)[0]
     state = np.where(br.need >= 0, br.need, -1 - answers)
-    inv, first = _group([br.X[:, cols], state])
+    inv, first = group_rows([br.X[:, cols], state])
     if len(first) == len(inv):
         return br
     order = np.argsort(inv, kind="stable")
@@ -420,7 +419,7 @@ class _Logits:
     def of(cls, ev: Evaluator, li: int, tables: list[_Table], br: Branches, dom: Domains) -> "_Logits":
         arith, layer = cast(Fixed, ev.arith), ev.q.layers[li]
         cols = np.flatnonzero(np.any(np.concatenate([h.W_Q for h in layer.heads]) != 0, axis=0))
-        br.code, first = _group([br.X[:, cols]])
+        br.code, first = group_rows([br.X[:, cols]])
         if len(first) * max(len(t.keys) for t in tables) > CHUNK:
             raise TooLarge(f"more than {CHUNK:,} logits of distinct queries and keys in a layer")
         ctx = arith.context((len(first), 1))

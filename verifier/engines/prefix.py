@@ -39,7 +39,6 @@ candidate pairs at one length are refused (`TooLarge`).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -56,13 +55,12 @@ from ..support.budget import TimedOut, TooLarge
 from ..support.errors import InternalError
 from ..verdicts import Status
 from .aggregate import uniform
-from .base import EngineResult, Found, Problem, RunOptions, Tick, saturating_codes
+from .base import EngineResult, Found, Problem, RunOptions, Tick, group_rows, saturating_codes
 
 MAX_STATES = 1 << 23  # candidate pairs (kept pairs x symbols) of one length
 CHUNK = 1 << 15  # candidate pairs computed at once
 CHECKED = 4  # candidates per length also evaluated from their tokens alone
 LISTED = 1 << 16  # failing inputs rebuilt at most
-COUNTED = 4  # `_group` numbers rows by a table when their packed range is at most this many per row
 MAX_WINDOW_CODES = 1 << 16  # token windows of the local heads (the pairs keep the window's tokens)
 
 
@@ -350,7 +348,7 @@ class _Walk:
         rows, each candidate's row).  A layer's
         output at t is a function of its input at t and its heads' outputs, so each layer is
         computed once per distinct (input row, head outputs) among
-        the candidates (`_group`), by the evaluator's own functions; of its input row, only the
+        the candidates (`group_rows`), by the evaluator's own functions; of its input row, only the
         columns that the rest of the model reads at t (`_live`).  A uniform head's sum over a
         candidate's histogram is its parent's sum plus the new code's term (exact integers): the
         parents are n times fewer, and the candidates' first-layer histograms are not built."""
@@ -362,7 +360,7 @@ class _Walk:
             """(k, pairs) and (k, n): each candidate's column of its parent's plus its symbol's."""
             return (parents[:, :, None] + new[:, None, :]).reshape(len(parents), P)
 
-        # columns one row each (candidates along a row): `_group` reads each column at a stride of 1
+        # columns one row each (candidates along a row): `group_rows` reads each column at a stride of 1
         full = np.concatenate([np.repeat(states.window.T, n, axis=1), np.tile(symbols, len(states.dfa))[None, :]])
         # ^ the tokens at positions t - width .. t
         keys = full[max(0, self.width - t):]  # those >= 0: the local heads' keys
@@ -393,8 +391,8 @@ class _Walk:
                 later.append(h)
                 sums[hi] = np.repeat(term[:, :old.shape[1]] @ old.T, n, axis=1) + np.take(term, col, axis=1)
             read = list(keys) if li == 0 else \
-                [_group([X[:, 0, self.live[li]], np.zeros(len(X), np.int64)])[0][of]]
-            group, rep = _group(read + [v for sv in sums.values() for v in sv])
+                [group_rows([X[:, 0, self.live[li]], np.zeros(len(X), np.int64)])[0][of]]
+            group, rep = group_rows(read + [v for sv in sums.values() for v in sv])
             X = _by_chunks(len(rep), lambda c, li=li, X=X, rep=rep, of=of, sums=sums:
                            self._layer(li, t, X, rep[c], symbols, keys, of, sums))
             of = group
@@ -403,7 +401,7 @@ class _Walk:
         for k, (c, T, basis) in enumerate(zip(self.firsts, self.terms, self.basis)):
             TJ = T[t + 1:].transpose(1, 0, 2).reshape(len(c.codes), -1)[:, basis[t]].T
             future.append(spread(TJ @ states.first[k].T, np.take(TJ, first[k], axis=1)))
-        group, rep = _group([*full[1:], *(v for f in future for v in f), *(v for h in later for v in h), dfa])
+        group, rep = group_rows([*full[1:], *(v for f in future for v in f), *(v for h in later for v in h), dfa])
         hist = [states.first[k][rep // n] for k in range(len(first))]
         for h, col in zip(hist, first):
             h[np.arange(len(rep)), col[rep % n]] += 1
@@ -491,50 +489,6 @@ class _Walk:
             suffix = np.concatenate([rd.token(c)[:, None], suffix[row]], axis=1)
             state = rd.parent(c)
         return suffix
-
-
-def _group(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of the integer columns side by side (each (P,) or (P, k)): each row's group, groups
-    numbered in the rows' lexicographic order, and the first row of each group.  Rows are packed
-    into one int64 by their columns' ranges (the first column most significant), then numbered by
-    a table over the packed range when it is within a few times P, else sorted with the row's index
-    below them when that fits (a sort of numbers, not an argsort: several times faster)."""
-    cols = [c for a in columns for c in (a.T if a.ndim == 2 else [a])]
-    P = len(cols[0]) if cols else 0
-    bits = max(P - 1, 1).bit_length()
-    lo = [int(c.min()) if P else 0 for c in cols]
-    size = [int(c.max()) - m + 1 if P else 1 for c, m in zip(cols, lo)]
-    step = [1] * len(cols)
-    if math.prod(size) >= 1 << (62 - bits):  # a column of multiples of a weight: its multipliers
-        step = [int(np.gcd.reduce(c - m)) or 1 if s < 1 << 62 else 1 for c, m, s in zip(cols, lo, size)]
-        size = [(s - 1) // g + 1 for s, g in zip(size, step)]
-    span = math.prod(size)
-    if span >= 1 << 62:
-        _, rep, group = np.unique(np.column_stack(cols), axis=0, return_index=True, return_inverse=True)
-        return group.reshape(-1), rep
-    packed = np.zeros(P, np.int64)
-    for c, m, s, g in zip(cols, lo, size, step):  # in place: no temporaries of P rows
-        packed *= s
-        packed += c if g == 1 else c // g
-        packed -= m // g
-    if span <= max(COUNTED * P, 1 << 16):
-        seen = np.zeros(span, bool)
-        seen[packed] = True
-        number = np.cumsum(seen) - 1
-        group = number[packed]
-        rep = np.full(int(number[-1]) + 1, P, np.int64)
-        np.minimum.at(rep, group, np.arange(P))
-        return group, rep
-    if span >= 1 << (62 - bits):
-        _, rep, group = np.unique(packed, return_index=True, return_inverse=True)
-        return group.reshape(-1), rep
-    order = np.sort((packed << bits) | np.arange(P))
-    at = order & ((1 << bits) - 1)
-    new = np.ones(P, bool)
-    new[1:] = (order[1:] >> bits) != (order[:-1] >> bits)
-    group = np.empty(P, np.int64)
-    group[at] = np.cumsum(new) - 1
-    return group, at[new]
 
 
 def _by_chunks(n: int, fn) -> np.ndarray:
