@@ -126,9 +126,38 @@ def test_bad_formats_are_refused(kwargs, message):
 
 
 def test_capacity_refuses_what_int64_cannot_hold():
-    FixedPoint(24).check_capacity(1000)
+    """Accumulated wide, a sum of exact products needs about 2p + log2(terms) bits; by product, each
+    product is rounded first, so p = 31 holds sums of many terms (a product of two codes: 2p - 2)."""
+    FixedPoint(24, accumulate="wide").check_capacity(1000)
     with pytest.raises(InputError, match="int64"):
-        FixedPoint(31).check_capacity(100)
+        FixedPoint(31, accumulate="wide").check_capacity(100)
+    with pytest.raises(InputError, match="needs 63 bits"):
+        FixedPoint(28, 12, accumulate="wide").check_capacity(450)
+    FixedPoint(31, 15).check_capacity(100_000)
+    FixedPoint(31, 31).check_capacity(1000)  # e den of a softmax weight: 2^30 2^31
+    with pytest.raises(InputError, match="int64"):
+        FixedPoint(31, 15).check_capacity(1 << 32)  # Z, a sum of 2^32 codes
+
+
+@pytest.mark.parametrize("f", [0, 15, 18])
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_the_widest_product_format_is_exact_at_its_extremes(f, rounding):
+    """p = 31, accumulated by product, on sums of 600 products of extreme codes and a softmax over 600
+    extreme logits: every operation against the reference (Python integers cannot wrap)."""
+    fx, ref = FixedPoint(31, f, rounding), RefFX(31, f, rounding)
+    fx.check_capacity(600)
+    rng = np.random.default_rng(f)
+    extremes = np.array([fx.lo, fx.lo + 1, -1, 0, 1, fx.hi - 1, fx.hi])
+    W, x = rng.choice(extremes, (3, 600)), rng.choice(extremes, 600)
+    W[0], x[:] = fx.lo, fx.lo  # every product 2^60, every rounded term saturated
+    got = fx.lin(W, x, np.array([fx.hi, fx.lo, 0]), fx.context(()), "t")
+    assert list(got) == [ref.dot(list(map(int, w)), list(map(int, x)), b) for w, b in zip(W, (fx.hi, fx.lo, 0))]
+    s = rng.choice(extremes, 600)
+    a = fx.softmax(s[None], None, fx.context((1,)), "t")[0]
+    assert list(a) == ref.softmax(list(map(int, s)))
+    v = rng.choice(extremes, (600, 2))
+    mixed = fx.mix(a[None], v, fx.context(()), "t")[0]
+    assert list(mixed) == [ref.dot(list(map(int, a)), list(map(int, v[:, c]))) for c in range(2)]
 
 
 def test_int64_extremes_are_exact():

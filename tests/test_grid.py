@@ -243,8 +243,9 @@ def test_dump_values_are_codes_times_the_step(tmp_path):
 def test_a_grid_that_int64_cannot_hold_is_refused():
     with pytest.raises(InputError, match="int64"):
         make_format("b2:4", N=64)
-    with pytest.raises(InputError, match="int64"):
-        verifier.build_problem("idxl", N=8, arith="grid:1/1000000:1000")
+    with pytest.raises(InputError, match="int64"):  # codes to 10^9: sums of exact products (2^60 each)
+        verifier.build_problem("idxl", N=8, arith="grid:1/1000000:1000", accumulate="wide")
+    verifier.build_problem("idxl", N=8, arith="grid:1/1000000:1000")  # products rounded before the sum
     with pytest.raises(InputError, match="exp\\(0\\) = 1 to 0"):
         verifier.build_problem("idxl", N=4, arith="grid:2:8")
 

@@ -11,6 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from battery import reference_failures
 from helpers import lookup_shaped, random_saturating_format
 
 import verifier
@@ -54,6 +55,19 @@ def test_composition_agrees_with_enumeration(N, depth, rounding, accumulate):
         for f in (p // 2, p - 1):
             verdicts.add(_agree(_format(base, p, f, rounding, accumulate)))
     assert verdicts == {"proved", "refuted"}
+
+
+@pytest.mark.parametrize("N,depth", [(1, 2), (2, 2), (1, 3)])
+@pytest.mark.parametrize("f", [15, 18])
+def test_the_widest_format_agrees_with_enumeration(N, depth, f):
+    """FX(31, f) accumulated by product, the widest format int64 holds (products of codes reach 2^60):
+    the lookup engine and enumeration fail the same inputs, and on the 8 inputs of N = 1, depth 2
+    so does the independent reference (Python integers; it takes minutes on the 4,096 of the others)."""
+    problem = _format(build_problem("composition", N=N, depth=depth, n=2, p=12), 31, f)
+    problem.arith.check_model(problem.model)
+    assert _agree(problem) == "proved"
+    if problem.task.total <= 8:
+        assert reference_failures(problem) == set()
 
 
 @pytest.mark.parametrize("k,top", [(3, 2), (5, 8), (3, 64)])

@@ -125,7 +125,7 @@ class Fixed:
     """A fixed-point format: codes q in lo..hi meaning q * num / den (docs/arithmetic.md).
 
     Subclasses give ``lo``, ``hi``, ``num``, ``den``, ``rounding``, ``overflow``, ``accumulate``,
-    `check_capacity`, `smt_width`, `describe` and `label`; they may replace the three primitives
+    `smt_width`, `describe` and `label`; they may replace the three primitives
     by faster equivalents (`FixedPoint`: shifts)."""
 
     lo: int
@@ -139,10 +139,9 @@ class Fixed:
     # `lin` of some of a map's rows is those rows of its `lin` (the evaluator skips zero rows)
     rows_apart: ClassVar[bool] = True
 
-    # -- what a subclass gives ------------------------------------------------------------------
-    def check_capacity(self, max_terms: int) -> None:
-        raise NotImplementedError
+    narrower: ClassVar[str] = "use a coarser step or a smaller range"  # the advice when int64 cannot hold it
 
+    # -- what a subclass gives ------------------------------------------------------------------
     def smt_width(self, max_terms: int) -> int:
         raise NotImplementedError
 
@@ -171,6 +170,30 @@ class Fixed:
     def exp0_saturates(self) -> bool:
         """exp(0) = 1 is beyond the range (a saturation under overflow = error)."""
         return self.one_code > self.hi
+
+    def wide_bound(self, max_terms: int) -> int:
+        """The largest magnitude of a sum of max_terms exact products of codes (times num) plus a bias
+        (times den), with room for two more terms."""
+        M = max(-self.lo, self.hi)
+        return (max_terms + 2) * M * M * self.num + M * self.den
+
+    def raw_bound(self, max_terms: int) -> int:
+        """The largest magnitude of an integer the operations hold before rounding, in a model whose
+        sums have at most max_terms summands.  Accumulated wide, a sum of exact products
+        (`wide_bound`).  Accumulated by product, each product is rounded and saturated before the
+        sum: a product of two codes (times num), a softmax weight's numerator e den, or a sum of
+        codes (softmax's Z times num)."""
+        if self.accumulate == "wide":
+            return self.wide_bound(max_terms)
+        M = max(-self.lo, self.hi)
+        return max(M * M * self.num + M * self.den, (max_terms + 2) * M * self.num)
+
+    def check_capacity(self, max_terms: int) -> None:
+        """Refuse a format whose operations, on sums of up to ``max_terms`` summands, could leave int64."""
+        bits = self.raw_bound(max_terms).bit_length()
+        if bits > _INT64_SAFE_BITS:
+            raise InputError(f"{self.label()} with sums of up to {max_terms} products needs {bits} bits, more than "
+                             f"the {_INT64_SAFE_BITS} that int64 holds exactly; {self.narrower}")
 
     def value(self, code: int) -> Fraction:
         """The exact value of a code."""
@@ -504,6 +527,7 @@ class FixedPoint(Fixed):
     rounding: str = "floor"
     overflow: str = "saturate"
     accumulate: str = "product"
+    narrower: ClassVar[str] = "use a smaller p"
 
     def __post_init__(self) -> None:
         if not isinstance(self.p, int) or self.p < 2:
@@ -557,14 +581,6 @@ class FixedPoint(Fixed):
     def label(self) -> str:
         return (f"FX(p={self.p}, f={self.f}) rounding={self.rounding} overflow={self.overflow} "
                 f"accumulate={self.accumulate}")
-
-    def check_capacity(self, max_terms: int) -> None:
-        """Refuse formats where a sum of ``max_terms`` products of codes could leave int64."""
-        bits = 2 * (self.p - 1) + math.ceil(math.log2(max_terms + 2))
-        if bits > _INT64_SAFE_BITS:
-            raise InputError(
-                f"p={self.p} with sums of up to {max_terms} products needs {bits} bits, more than the "
-                f"{_INT64_SAFE_BITS} that int64 holds exactly; use a smaller p")
 
     def smt_width(self, max_terms: int) -> int:
         """Bits that hold a sum of ``max_terms`` products of codes plus a shifted bias, with slack:
@@ -631,7 +647,7 @@ class Grid(Fixed):
         if not self.lo < 0 < self.hi:
             raise InputError(f"a grid's codes must run from a negative lo to a positive hi, got {self.lo} .. {self.hi}")
         _check_rules(self)
-        bits = self._raw_bound(1).bit_length()
+        bits = self.raw_bound(1).bit_length()
         if bits > _INT64_SAFE_BITS:
             raise InputError(f"{self.label()}: a product of two codes needs {bits} bits, more than the "
                              f"{_INT64_SAFE_BITS} that int64 holds exactly; use a coarser step or a smaller range")
@@ -678,20 +694,8 @@ class Grid(Fixed):
             return float(self.b2_of[1])
         return super().kc(N)
 
-    def _raw_bound(self, max_terms: int) -> int:
-        """The largest magnitude of an intermediate before rounding: a sum of max_terms products of
-        codes (times num) plus a bias (times den), with room for two more terms."""
-        M = max(-self.lo, self.hi)
-        return (max_terms + 2) * M * M * self.num + M * self.den
-
-    def check_capacity(self, max_terms: int) -> None:
-        bits = self._raw_bound(max_terms).bit_length()
-        if bits > _INT64_SAFE_BITS:
-            raise InputError(f"{self.label()} with sums of up to {max_terms} products needs {bits} bits, more than "
-                             f"the {_INT64_SAFE_BITS} that int64 holds exactly; use a coarser step or a smaller range")
-
     def smt_width(self, max_terms: int) -> int:
-        return self._raw_bound(max_terms).bit_length() + 5
+        return self.wide_bound(max_terms).bit_length() + 5
 
     def describe(self) -> dict:
         step = self.step_value
