@@ -62,7 +62,7 @@ SPECS = [
     # f = p / 2 the previous-token head is no longer exactly local from N = 16 and the prefix engine refuses
     Spec("frontier-dyck22", "Dyck-(2,2) transformer, 16 integer bits", "dyck22", 2, 17, 1200, {"int_bits": 16}),
     # 16 integer bits too: lambda grows as M^2 log M (about 5,300 at L = 2, N = 64; scores reach 2 lambda), which
-    # f = p / 2 holds only from p = 30, where int64 no longer holds the sums of products (p <= 28 at 194 terms)
+    # f = p / 2 holds only from p = 30; at 16 integer bits p* stays within the p <= 31 int64 holds by product
     Spec("frontier-composition-L2", "composition, L = 2, 16 integer bits", "composition", 2, 17, 1800,
          {"depth": 2, "int_bits": 16}),
     Spec("frontier-composition-L3", "composition, L = 3, 16 integer bits", "composition", 2, 17, 1200,

@@ -621,7 +621,8 @@ class _Run:
         its inputs (`_round`)."""
         sizes = self._sizes(boxes)
         leaf = (sizes <= LEAF_INPUTS) & ((sizes > 1) | (self.answer_pos is None))
-        return _Open(boxes, np.cumsum(np.where(leaf, sizes * self.per_input, self.per_box)))
+        # a box's size overflows float64 at N = 1024 (2^1024 inputs): only a leaf's is multiplied
+        return _Open(boxes, np.cumsum(np.where(leaf, np.where(leaf, sizes, 0) * self.per_input, self.per_box)))
 
     def _widest_classes(self, heads: list[_Head], tag: str = "") -> tuple[int, int]:
         """The most key classes, and value classes, the tokens of one of the batch's domains fall into
