@@ -72,6 +72,20 @@ def test_the_bounds_engine_works_within_its_memory(monkeypatch):
     assert peak < 2 * bounds.MEMORY
 
 
+@pytest.mark.parametrize("name, N, k", [("mqar", 4, 8), ("mqar", 4, 5), ("nearest_neighbour", 4, 6)])
+def test_a_round_takes_one_box_when_the_open_boxes_fill_the_memory(monkeypatch, name, N, k):
+    """At N = 64 the open boxes held 97 of the 128 MiB and a box needed 32: the run was refused mid-way.
+    Open boxes that claim the whole MEMORY leave every round one box, decided beside them; the
+    verdict and the counterexample are enumeration's."""
+    problem = verifier.build_problem(name, N=N, p=16, k=k)
+    expected = verifier.run(problem, "exhaustive")
+    monkeypatch.setattr(bounds._Open, "nbytes", property(lambda self: bounds.MEMORY))
+    result = verifier.run(problem, "bounds")
+    assert result.engine_stats["beyond_memory"] > 0 and result.engine_stats["largest_round"] == 1
+    assert result.verdict == expected.verdict
+    assert [c.tokens for c in result.counterexamples[:1]] == [c.tokens for c in expected.counterexamples[:1]]
+
+
 def test_a_box_that_does_not_fit_is_refused_and_auto_takes_the_next_engine(monkeypatch):
     problem = verifier.build_problem("idxl", N=6, p=12, sigma=64)
     assert auto(problem, RunOptions())[0].name == "bounds"

@@ -142,3 +142,24 @@ def test_the_frontiers_tool_scans_p_and_sweeps_every_width_to_2N():
     assert [r.N for r in scan.rows] == [2, 4] and all(r.p_star for r in scan.rows)
     widths = run(Spec("w", "MQAR", "mqar", 2, 16, None, widths=True), timeout=10, budget_scale=1, max_N=2, cache=None)
     assert widths.over == "k" and list(widths.rows[0].verdicts) == [1, 2, 3, 4]
+
+
+def test_a_width_sweep_decides_again_at_the_full_timeout_only_what_its_quick_pass_left(tmp_path, monkeypatch):
+    """The quick pass's verdicts are read from the cache by the pass at the full timeout."""
+    import tools.frontiers as tool
+    from verifier.runs.cache import Cache
+    passes = []
+
+    def spy(*args, timeout, cache, **options):
+        before = cache.hits
+        found = frontier(*args, timeout=timeout, cache=cache, **options)
+        passes.append((timeout, cache.hits - before, found))
+        return found
+
+    monkeypatch.setattr(tool, "frontier", spy)
+    monkeypatch.setattr(tool, "QUICK_TIMEOUT", 5.0)
+    widths = tool.run(tool.Spec("w", "MQAR", "mqar", 2, 16, None, widths=True), timeout=10, budget_scale=1, max_N=2,
+                      cache=Cache(tmp_path / "verdicts.sqlite"))
+    assert [(t, hits) for t, hits, _ in passes] == [(5.0, 0), (10, 4)]
+    assert passes[0][2].rows[0].verdicts == widths.rows[0].verdicts == {1: "refuted", 2: "proved", 3: "proved",
+                                                                        4: "proved"}

@@ -368,6 +368,7 @@ class _Stats:
     leaf_inputs: int = 0
     max_depth: int = 0
     largest_round: int = 0  # boxes
+    beyond_memory: int = 0  # rounds of one box decided beside open boxes that left less than its size of MEMORY
     certified_margin: Optional[float] = None  # the smallest lower bound of a margin that decided a box
 
     def margin(self, m: np.ndarray) -> None:
@@ -459,7 +460,7 @@ class Bounds:
             case = pending[0].name
         result.stats = {"cases": done, "boxes": stats.boxes, "leaves": stats.leaves, "leaf_inputs": stats.leaf_inputs,
                         "max_depth": stats.max_depth, "largest_round": stats.largest_round,
-                        "certified_margin": stats.certified_margin,
+                        "beyond_memory": stats.beyond_memory, "certified_margin": stats.certified_margin,
                         "unfinished_case": case, "seconds": time.monotonic() - t0}
         return result
 
@@ -577,6 +578,11 @@ class _Run:
             top = stack[-1]
             held = sum(o.nbytes for o in stack)
             n = min(top.fitting(MEMORY - held), ROUND_BOXES)
+            if n < 1 and top.fitting(MEMORY) >= 1:
+                # the open boxes are index rows a round does not touch: one box that fits MEMORY by itself is
+                # decided beside them (the run then holds more than MEMORY, by what the open boxes hold)
+                n = 1
+                self.stats.beyond_memory += 1
             if n < 1:
                 raise TooLarge(f"the bounds engine needs about {fmt_bytes(np.diff(top.cum, prepend=0.0)[top.at])} "
                                f"for one box of length {L} (estimated from the sizes; the open boxes hold "
