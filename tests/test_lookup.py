@@ -284,6 +284,17 @@ def test_too_many_branches_is_refused_before_allocating(monkeypatch):
         Lookup().run(build_problem("composition", N=2, depth=3, n=2, p=12), RunOptions())
 
 
+def test_a_split_the_available_memory_cannot_hold_is_refused_before_allocating(monkeypatch):
+    """Two composition runs at N = 64 at once: one was killed by the kernel.  A split is refused
+    when its children do not fit in the memory available."""
+    problem = build_problem("composition", N=2, depth=3, n=2, p=12)
+    monkeypatch.setattr(lookup, "SPLIT_COPIES", 1 << 40)  # as if each branch took a terabyte
+    with pytest.raises(lookup.TooLarge, match="the lookup engine's split into .* branches of a case needs about"):
+        Lookup().run(problem, RunOptions())
+    with pytest.raises(InputError, match="needs about .* of memory; this machine has"):
+        verifier.run(problem, "lookup")  # an input error (exit 2), not a verdict; auto goes on to its next engine
+
+
 def test_auto_takes_it_for_composition_beyond_enumeration():
     problem = build_problem("composition", N=2, depth=4, n=2, p=16)
     engine, why = candidates(problem, RunOptions())[0]

@@ -86,6 +86,12 @@ def path(spec: Spec) -> str:
     return f"docs/results/{spec.name}.json"
 
 
+def quick_timeout(spec: Spec, timeout: float, cache: Cache | None) -> float | None:
+    """A width sweep's first pass's time a run, or None for one pass (the second reads the first's
+    verdicts from the cache)."""
+    return QUICK_TIMEOUT if spec.widths and cache is not None and timeout > QUICK_TIMEOUT else None
+
+
 def run(spec: Spec, timeout: float, budget_scale: float, max_N: int, cache: Cache | None) -> Frontier:
     def progress(line: str) -> None:
         print(f"  {spec.name} {line}", file=sys.stderr, flush=True)
@@ -94,22 +100,26 @@ def run(spec: Spec, timeout: float, budget_scale: float, max_N: int, cache: Cach
     if spec.widths:  # every width up to the Hadamard width 2 max N: which prove, not only k*
         grid = functools.partial(frontier, spec.task, Ns, [spec.start], ks=list(range(1, 2 * max(Ns) + 1)),
                                  cache=cache, scheduler="serial", progress=progress, **spec.options)
-        if cache is not None and timeout > QUICK_TIMEOUT:  # the second pass reads the first's verdicts
-            grid(timeout=QUICK_TIMEOUT)
+        quick = quick_timeout(spec, timeout, cache)
+        if quick is not None:
+            grid(timeout=quick)
         return grid(timeout=timeout)
     return descend(spec.task, Ns, spec.start, timeout=timeout, budget=spec.budget * budget_scale, cache=cache,
                    progress=progress, **spec.options)
 
 
 def summary(specs: list[Spec]) -> str:
-    """One compact Markdown table of the saved frontiers (no run): p* (or k*) by N, the fits, where each stops."""
+    """One compact Markdown table of the saved frontiers (no run): p* (or k*, and in parentheses the
+    smallest width that proves) by N, the fits, where each stops."""
     lines = ["| construction | N (doublings) | p* (k*) by N | fit c log2 N + b | fit c (log2 N)^2 + b | form "
              "| stops at |",
              "|---|---|---|---|---|---|---|"]
     for spec in specs:
         fr = Frontier.from_json(json.loads((ROOT / path(spec)).read_text()))
         done = [r for r in fr.rows if r.p_star is not None]
-        star = ", ".join(f"{r.N}: {r.p_star}" for r in done) or "-"
+        # a width row: the rule's k*, and the smallest width that proves at all (the verdicts' first P)
+        least = {r.N: min((k for k, v in r.verdicts.items() if v == "proved"), default=None) for r in done}
+        star = ", ".join(f"{r.N}: {r.p_star}" + (f" ({least[r.N]})" if fr.over == "k" else "") for r in done) or "-"
         span = f"{done[0].N}..{done[-1].N} ({len(done) - 1})" if done else "-"
         found = fr.fit
         forms = [found.form(n).equation(f"{fr.over}*") for n in ("log", "log^2")] if found else ["-", "-"]
@@ -127,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30, help="seconds for each (N, p) run (default 30)")
     ap.add_argument("--budget-scale", type=float, default=1.0, help="multiplies each frontier's budget")
     ap.add_argument("--max-N", type=int, default=1024, help="the largest N tried (default 1024)")
-    ap.add_argument("--width-max-N", type=int, default=32, help="the largest N of the width sweeps (default 32)")
+    ap.add_argument("--width-max-N", type=int, default=64, help="the largest N of the width sweeps (default 64)")
     ap.add_argument("--no-cache", action="store_true", help="decide every run again")
     ap.add_argument("--summary", action="store_true", help="print one table of the saved frontiers; run nothing")
     args = ap.parse_args(argv)
@@ -144,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         max_N = args.width_max_N if spec.widths else args.max_N
         fr = run(spec, args.timeout, args.budget_scale, max_N, cache)
         made = {"command": "python3 -m tools.frontiers", "timeout": args.timeout,
+                "quick_timeout": quick_timeout(spec, args.timeout, cache),
                 "budget": None if spec.budget is None else spec.budget * args.budget_scale, "max_N": max_N,
                 "engine": spec.options.get("engine", "auto"),
                 "seconds": round(time.monotonic() - t0, 1)}

@@ -87,7 +87,10 @@ def sweep_table(path: str) -> str:
     data = json.loads((ROOT / path).read_text())
     made = data.get("made_by")  # a frontier of `python3 -m tools.frontiers`: how it was run
     budget = f"a budget of {made['budget']:g} s" if made and made["budget"] is not None else "every run of the grid"
-    note = (f"\n\nMade by `{made['command']}`: at most {made['timeout']:g} s per run, {budget}, N to "
+    quick = made and made.get("quick_timeout")
+    per_run = (f"at most {quick:g} s per run, then {made['timeout']:g} s for the runs left unknown" if quick
+               else f"at most {made['timeout']:g} s per run" if made else "")
+    note = (f"\n\nMade by `{made['command']}`: {per_run}, {budget}, N to "
             f"{made['max_N']}, engine {made['engine']}; {made['seconds']:g} s" if made else "")
     return Frontier.from_json(data).to_markdown() + note + "\n"
 

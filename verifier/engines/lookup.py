@@ -52,7 +52,8 @@ the one carried.  The members of the leaves, counted exactly, must number the ca
 
 It refuses float and int8 formats, overflow = error (the saturations of the positions that are not
 read would count), a BOS, and tasks whose answer it cannot chase.  More than MAX_BRANCHES branches
-alive in a case are refused (`TooLarge`: auto then takes the next engine).
+alive in a case, or a split the available memory cannot hold, are refused (`TooLarge`: auto then
+takes the next engine).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from ..arithmetic import Fixed
 from ..evaluator import Evaluator, Outputs, _Layer0Tables
 from ..layer0 import keys_from_tokens
 from ..model import Model
-from ..support.budget import TimedOut, TooLarge
+from ..support.budget import TimedOut, TooLarge, require_memory
 from ..support.errors import InternalError
 from ..tasks import Case
 from ..tasks.base import case_splits
@@ -76,6 +77,9 @@ from ..verdicts import Status
 from .base import EngineResult, Found, Problem, RunOptions, Tick, group_rows, last_position_codes
 
 MAX_BRANCHES = 1 << 20  # branches alive at once (each holds its tokens and stream)
+SPLIT_COPIES = 3  # a split's children are held about this many times at its peak (the children, the next
+# split's `take`, the certificate's failing and score arrays): composition, depth 3, N = 64 reached 19.5 GB
+# after a split into 2^20 branches of 8.8 KB (9.2 GB; its 450 positions); two such runs at once were killed
 CHUNK = 1 << 22  # elements of the largest temporary (branches x candidate rows)
 CHECKED = 8  # leaves of the first case also evaluated on another member (`_same`; one in each other case)
 
@@ -351,13 +355,17 @@ def _chase(task, case: Case, br: Branches) -> Branches:
 def _split(br: Branches, at: np.ndarray, dom: Domains, alive: int) -> Branches:
     """Every branch split on its position `at`: one branch per token of the position's domain.
     The position is free on every member (else _Unmerge), so each child has 1/|domain| of them.
-    TooLarge, before allocating, when they and the `alive` others would pass MAX_BRANCHES."""
+    TooLarge, before allocating, when they and the `alive` others would pass MAX_BRANCHES, or when
+    the machine's available memory cannot hold them (a run refused is an engine's refusal; a run the
+    kernel kills is no verdict at all)."""
     if br.touched[np.arange(len(at)), at].any():
         raise _Unmerge()
     counts = dom.size[at]
     total = int(counts.sum())
     if total + alive > MAX_BRANCHES:
         raise TooLarge(f"more than {MAX_BRANCHES:,} branches of a case")
+    row = sum(getattr(br, f.name)[:1].nbytes for f in fields(br)) + 32  # + a member count's Python integer
+    require_memory(SPLIT_COPIES * total * row, f"the lookup engine's split into {total:,} branches of a case")
     parent = np.repeat(np.arange(len(at)), counts)
     k = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
     pos = at[parent]
