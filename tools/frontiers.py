@@ -71,8 +71,10 @@ SPECS = [
     # f = p / 2 holds only from p = 30; at 16 integer bits p* stays within the p <= 31 int64 holds by product
     Spec("frontier-composition-L2", "composition, L = 2, 16 integer bits", "composition", 2, 17, 1800,
          {"depth": 2, "int_bits": 16}),
-    Spec("frontier-composition-L3", "composition, L = 3, 16 integer bits", "composition", 2, 17, 1200,
-         {"depth": 3, "int_bits": 16}),
+    # 17 integer bits at depth 3: lambda is 24,757 at N = 64 and scores reach 2 lambda = 49,514, past the range of
+    # 16 (32,768), where the lookup engine's certificate failed on the saturated logits and a case passed 2^20 branches
+    Spec("frontier-composition-L3", "composition, L = 3, 17 integer bits", "composition", 2, 18, 1200,
+         {"depth": 3, "int_bits": 17}),
     Spec("frontier-composition-L4", "composition, L = 4, 16 integer bits", "composition", 2, 17, 1200,
          {"depth": 4, "int_bits": 16}),
     # the bounds engine, not auto's enumeration: at N = 8 enumerating took 36 s a width, the engine 0.2 s
