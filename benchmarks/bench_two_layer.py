@@ -13,7 +13,8 @@ of them attending) by the prefix engine at f = log2 N + 1 and p = 3 log2 N + 5, 
 proves at N = 8, 16, 32 (below, its previous-token head's window is wider than the engine takes, and
 it refuses); L-fold composition at depths 2, 3 and 4 (n = 2) by the lookup engine at FX(28, 12), 16
 integer bits (lambda grows as N^2 log N: about 5,300 at depth 2, N = 64) and p above p*(N) to N = 64
-at depth 2, 32 at depth 3 and 16 at depth 4 (beyond, int64 cannot hold its sums at p = 28: refused).
+at depth 2, 32 at depth 3 and 16 at depth 4 (beyond, the scores of depths 3 and 4 pass 16 integer bits:
+2 lambda = 49,514 at depth 3, N = 64).
 N doubles from 2 for composition, from 4 for the others:
 
 * the new engine's seconds (engine seconds: the problem's construction, the replay and the sample
