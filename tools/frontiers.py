@@ -71,12 +71,13 @@ SPECS = [
     # f = p / 2 holds only from p = 30; at 16 integer bits p* stays within the p <= 31 int64 holds by product
     Spec("frontier-composition-L2", "composition, L = 2, 16 integer bits", "composition", 2, 17, 1800,
          {"depth": 2, "int_bits": 16}),
-    # 17 integer bits at depth 3: lambda is 24,757 at N = 64 and scores reach 2 lambda = 49,514, past the range of
-    # 16 (32,768), where the lookup engine's certificate failed on the saturated logits and a case passed 2^20 branches
+    # 17 integer bits at depths 3 and 4: lambda is 24,757 at depth 3, N = 64 (24,871 at depth 4, N = 32) and scores
+    # reach 2 lambda, past the range of 16 (32,768), where the lookup engine's certificate failed on the saturated
+    # logits and a case passed 2^20 branches; depth 4 at N = 64 would need 19 integer bits and p = 34, past int64
     Spec("frontier-composition-L3", "composition, L = 3, 17 integer bits", "composition", 2, 18, 1200,
          {"depth": 3, "int_bits": 17}),
-    Spec("frontier-composition-L4", "composition, L = 4, 16 integer bits", "composition", 2, 17, 1200,
-         {"depth": 4, "int_bits": 16}),
+    Spec("frontier-composition-L4", "composition, L = 4, 17 integer bits", "composition", 2, 20, 1200,
+         {"depth": 4, "int_bits": 17}),
     # the bounds engine, not auto's enumeration: at N = 8 enumerating took 36 s a width, the engine 0.2 s
     Spec("width-mqar", "MQAR, width of T", "mqar", 2, WIDTH_P, None, {"engine": "bounds"}, widths=True),
     Spec("width-nearest-neighbour", "nearest neighbour, width of T", "nearest_neighbour", 2, WIDTH_P, None,
