@@ -7,10 +7,12 @@
   (p = 24, where z3 decides the cases) and the first models of the differential battery;
 * with ``--old DIR`` (a checkout of the code to compare with, e.g. ``git archive 6d48ca3 verifier |
   tar -x -C DIR``): the SMT engine of DIR (z3, as `verify` runs it by default) against this tree's
-  (with the solver `FAMILIES` names) at N doubling, for equality, disjointness, the Dyck-(2,2)
-  transformer and composition L = 4, n = 2: seconds of each (the engine alone: encoding, solving,
-  decoding; each in a fresh process), their ratio, the largest N within the budget and the growth
-  exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the rest;
+  (with the solver `FAMILIES` names) in one process and in two, at N doubling, for equality,
+  disjointness, the Dyck-(2,2) transformer, composition L = 4, n = 2, index lookup at eta = 1,
+  MQAR, nearest neighbour and induction heads: seconds of each (the engine alone: encoding,
+  solving, decoding; each in a fresh process), their ratios, the largest N within the budget and
+  the growth exponent log2(t(2N) / t(N)) over the last doubling.  ``--only-old-new`` skips the
+  rest; ``--family TASK`` and ``--max-n N`` run a part;
 * with ``--solvers``: z3, bitwuzla and auto on equality and disjointness at N = 256, 512 and the
   Dyck-(2,2) transformer, ratios to z3; with ``--quantize``: exact-weight quantization, distinct
   values against every entry;
@@ -52,6 +54,11 @@ FAMILIES = [
      "bitwuzla"),
     ("dyck22 transformer", "dyck22", (4, 8, 16, 32, 64), lambda N: dict(p=20, f=8), "z3"),
     ("composition L=4 n=2", "composition", (2,), lambda N: dict(depth=4, n=2, p=20, f=10), "z3"),
+    # several cases per length, which share the length's forward pass (`Encoder`); p = 16 proves each
+    ("idxl sigma=64 eta=1", "idxl", (4, 8, 16, 32), lambda N: dict(p=12, sigma=64, eta=1.0), "z3"),
+    ("mqar", "mqar", (2, 4, 8, 16), lambda N: dict(p=16), "z3"),
+    ("nearest neighbour", "nearest_neighbour", (2, 4, 8), lambda N: dict(p=16), "z3"),
+    ("induction heads sigma=3", "induction_heads", (2, 4, 8, 16), lambda N: dict(sigma=3, p=20, f=4), "z3"),
 ]
 
 
@@ -64,15 +71,18 @@ def child(spec: str) -> None:
     a = json.loads(spec)
     problem = build_problem(a["task"], N=a["N"], **a["params"])
     t0 = time.perf_counter()
-    res = Smt().run(problem, RunOptions(deadline=Deadline(a["budget"]), solver=a["solver"]))
+    res = Smt().run(problem, RunOptions(deadline=Deadline(a["budget"]), solver=a["solver"], workers=a["workers"]))
     print(json.dumps({"seconds": time.perf_counter() - t0, "status": str(res.status), "found": len(res.found),
                       "unfinished": res.stats.get("unfinished_case"),
                       "solver_seconds": res.stats.get("solver_seconds")}))
 
 
-def engine_run(tree: Path, task: str, N: int, params: dict, solver: str, budget: float) -> tuple[str, float, float]:
-    """(verdict, seconds, solver seconds) of the SMT engine of the code in `tree`, in a fresh process."""
-    spec = json.dumps({"task": task, "N": N, "params": params, "solver": solver, "budget": budget})
+def engine_run(tree: Path, task: str, N: int, params: dict, solver: str, budget: float,
+               workers: int | None = None) -> tuple[str, float, float]:
+    """(verdict, seconds, solver seconds) of the SMT engine of the code in `tree`, in a fresh process
+    (`workers`: its processes; None, its default)."""
+    spec = json.dumps({"task": task, "N": N, "params": params, "solver": solver, "budget": budget,
+                       "workers": workers})
     env = dict(os.environ, PYTHONPATH=str(tree))
     out = subprocess.run([sys.executable, __file__, "--child", spec], env=env, capture_output=True, text=True,
                          timeout=budget + 600)
@@ -85,40 +95,50 @@ def engine_run(tree: Path, task: str, N: int, params: dict, solver: str, budget:
     return verdict, r["seconds"], r["solver_seconds"] or math.nan
 
 
-def old_new(old: Path, budget: float) -> None:
+def old_new(old: Path, budget: float, only: str | None = None, max_n: int | None = None) -> None:
+    """Old against new at N doubling: the new engine in one process (its cases sharing their
+    length's forward pass where it pays) and in two (cases decided at once)."""
     new = Path(__file__).resolve().parents[1]
-    print(f"SMT engine, old ({old}, z3) against new (this tree, the solver named); seconds of the engine, "
-          f"budget {budget:g} s each")
+    print(f"SMT engine, old ({old}, z3) against new (this tree, the solver named) in 1 and 2 processes; seconds "
+          f"of the engine, budget {budget:g} s each")
+    runs = (("old", old, None), ("new1", new, 1), ("new2", new, 2))
     for name, task, Ns, params, solver in FAMILIES:
-        times: dict[str, dict[int, float]] = {"old": {}, "new": {}}
+        if only and only != task:
+            continue
+        times: dict[str, dict[int, float]] = {which: {} for which, _, _ in runs}
         stopped: set[str] = set()  # past the budget at a smaller N
         for N in Ns:
+            if max_n is not None and N > max_n:
+                break
             row = []
-            for which, tree, s in (("old", old, "z3"), ("new", new, solver)):
+            for which, tree, workers in runs:
+                s = "z3" if which == "old" else solver
                 if which in stopped:
                     row.append(f"{which} -")
                     continue
-                verdict, sec, _ = engine_run(tree, task, N, params(N), s, budget)
+                verdict, sec, _ = engine_run(tree, task, N, params(N), s, budget, workers)
                 row.append(f"{which} ({s}) {verdict} {sec:7.2f} s")
                 if verdict.startswith(("proved", "refuted")) and sec <= budget:
                     times[which][N] = sec
                 else:
                     stopped.add(which)
-            both = [times[w].get(N) for w in ("old", "new")]
-            ratio = f"  new/old {both[1] / both[0]:.3f}" if None not in both else ""
-            print(f"  {name:<20} N={N:<5} {params(N)}: {'; '.join(row)}{ratio}", flush=True)
-            if "new" in stopped:
+            ratios = "".join(f"  {w}/old {times[w][N] / times['old'][N]:.3f}" for w in ("new1", "new2")
+                             if N in times[w] and N in times["old"])
+            print(f"  {name:<20} N={N:<5} {params(N)}: {'; '.join(row)}{ratios}", flush=True)
+            if {"new1", "new2"} <= stopped:
                 break
-        for which in ("old", "new"):
+        for which, _, _ in runs:
             t = times[which]
             done = sorted(t)
             growth = (f", growth exponent {math.log2(t[done[-1]] / t[done[-2]]):.2f} from N={done[-2]} to {done[-1]}"
                       if len(done) >= 2 and done[-1] == 2 * done[-2] else "")
             print(f"  {name}: largest N decided within {budget:g} s, {which}: {done[-1] if done else None}{growth}")
-        common = sorted(set(times["old"]) & set(times["new"]))
-        if common:
-            N = common[-1]
-            print(f"  {name}: new/old at N={N}, the largest both decided: {times['new'][N] / times['old'][N]:.3f}")
+        for which in ("new1", "new2"):
+            common = sorted(set(times["old"]) & set(times[which]))
+            if common:
+                N = common[-1]
+                print(f"  {name}: {which}/old at N={N}, the largest both decided: "
+                      f"{times[which][N] / times['old'][N]:.3f}")
 
 
 # (task, N, parameters): equality at p = 2 log2 N + 1 and disjointness at 2 log2 N + 4 (issue 25),
@@ -190,6 +210,8 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=60.0)
     ap.add_argument("--old", type=Path, help="a checkout of the code to compare the SMT engine with")
     ap.add_argument("--only-old-new", action="store_true")
+    ap.add_argument("--family", help="with --old: only this task (e.g. mqar)")
+    ap.add_argument("--max-n", type=int, help="with --old: no N above this")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--floats", help="a float format: the float SMT figures only")
     ap.add_argument("--solvers", action="store_true", help="the solver figures only (z3, bitwuzla, auto)")
@@ -204,7 +226,7 @@ def main() -> None:
     if args.floats:
         return floats(args.floats, args.budget)
     if args.old:
-        old_new(args.old, args.budget)
+        old_new(args.old, args.budget, args.family, args.max_n)
         if args.only_old_new:
             return
 

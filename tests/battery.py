@@ -36,6 +36,7 @@ format, every IEEE rounding, either overflow rule).  `decide_all` then requires,
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -66,7 +67,7 @@ from verifier.evaluator import make_evaluator
 from verifier.floats import FLOAT_ROUNDINGS, NAMED, FloatArith, float_format
 from verifier.model import Readout, Recurrent
 from verifier.runs.api import build_problem
-from verifier.smt.encoding import encode
+from verifier.smt.encoding import Encoder
 from verifier.smt.floats import TableTooLarge
 from verifier.support.budget import Deadline, fresh_z3_context
 from verifier.tasks import DatasetTask, ReferenceTask, make_task
@@ -370,6 +371,9 @@ def decide_all(problem: Problem, engine_seconds: float = ENGINE_SECONDS, through
             outcome[name] = "n/a"
             continue
         got = engine.run(problem, opts)  # decoded models are re-checked by the engine
+        if name == "smt" and got.status == Status.COMPLETE:  # its cases in two processes: the very same answer
+            both = engine.run(problem, RunOptions(deadline=Deadline(engine_seconds), workers=2))
+            assert both.status != Status.COMPLETE or _answer(both) == _answer(got), "smt in two processes disagrees"
         reported = {tuple(int(t) for t in f.tokens) for f in got.found}
         assert reported <= failing, f"{name} reports a success"
         unreported = len(failing - reported)  # none of them can be among the inputs it says it decided
@@ -386,6 +390,11 @@ def decide_all(problem: Problem, engine_seconds: float = ENGINE_SECONDS, through
     return outcome
 
 
+def _answer(result) -> tuple:
+    """What an engine's run says: coverage and its counterexamples, in order."""
+    return result.covered, [f.tokens.tolist() for f in result.found]
+
+
 def _encoding_agrees(problem: Problem, failing: set) -> str:
     """Case by case, the SMT formula (bit-vectors) holds at every input enumeration says fails, and
     it has a failing input exactly when the case has one, and only one that fails."""
@@ -394,9 +403,12 @@ def _encoding_agrees(problem: Problem, failing: set) -> str:
     ev = make_evaluator(problem.model, problem.arith)
     fresh_z3_context()  # as an SMT run does: a context an earlier SIGTERM interrupted simplifies nothing
     status = "agree"
-    for case in problem.task.cases():
+    encoder = Encoder(ev)  # as the engine encodes: a length's cases may share its forward pass
+    cases = [(case, group) for _, g in itertools.groupby(problem.task.cases(), key=lambda c: c.length)
+             for group in [list(g)] for case in group]
+    for case, group in cases:
         try:
-            enc = encode(ev, case, "bv")
+            enc = encoder(case, group)
         except TableTooLarge:  # a float format's exp table: the case is undecided, never agreement
             status = "unknown"
             continue

@@ -167,7 +167,8 @@ def test_every_solve_gets_the_time_left(monkeypatch):
     real_set, real_check = z3.Solver.set, z3.Solver.check
     monkeypatch.setattr(z3.Solver, "set", lambda self, *a, **k: (calls.append("set"), real_set(self, *a, **k))[1])
     monkeypatch.setattr(z3.Solver, "check", lambda self, *a: (calls.append("check"), real_check(self, *a))[1])
-    result = verifier.prove("idxl", N=6, p=12, sigma=64, eta=1.0, engine="smt", max_counterexamples=3, timeout=600)
+    result = verifier.prove("idxl", N=6, p=12, sigma=64, eta=1.0, engine="smt", max_counterexamples=3, timeout=600,
+                            workers=1)  # the solves in this process, where `calls` sees them
     assert result.verdict == "refuted" and len(result.counterexamples) == 3
     assert calls.count("check") > 1
     assert all(calls[i - 1] == "set" for i, c in enumerate(calls) if c == "check")

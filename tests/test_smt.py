@@ -1,6 +1,8 @@
 """The SMT engine against the exhaustive engine on the constructions: weakened ones refuted, the
 built ones proved, timeouts, and the automatic choice.  Random models: tests/test_battery.py."""
 
+import itertools
+
 import pytest
 
 import verifier
@@ -40,6 +42,61 @@ def test_timeout_names_the_unfinished_case():
     assert result.verdict == "unknown" and result.engine_stats["unfinished_case"]
 
 
+def _groups(task):
+    """(case, the cases of its length) in enumeration order, as the SMT engine reads them."""
+    return [(case, group) for _, g in itertools.groupby(task.cases(), key=lambda c: c.length)
+            for group in [list(g)] for case in group]
+
+
+@pytest.mark.parametrize("p", [3, 16])  # refuted (failing members) and proved
+def test_a_shared_forward_pass_gives_each_case_its_own_formula(p):
+    """MQAR's cases of a length differ in the query token only: they share one forward pass, and
+    each case's formula holds exactly where its own encoding's does, and nowhere outside its box."""
+    import numpy as np
+
+    from verifier.evaluator import make_evaluator
+    from verifier.smt.encoding import Encoder, encode
+    problem = verifier.build_problem("mqar", N=4, p=p)
+    ev = make_evaluator(problem.model, problem.arith)
+    encoder, rng, held = Encoder(ev), np.random.default_rng(p), 0
+    for case, group in _groups(problem.task):
+        shared, own = encoder(case, group), encode(ev, case)
+        assert shared.shared and not own.shared and len(group) > 1
+        for _ in range(25):
+            tokens = [int(rng.choice(d)) for d in case.domains]
+            assert shared.holds_at(tokens) == own.holds_at(tokens)
+            held += own.holds_at(tokens)
+        other = next(c for c in group if c is not case)
+        outside = [int(rng.choice(d)) for d in other.domains]
+        assert not shared.contains(outside) and not shared.holds_at(outside)
+    assert (held > 0) == (p == 3)
+
+
+def test_a_length_is_not_shared_where_a_fixed_token_removes_terms():
+    """Composition's cases fix where the chain starts: its union's pass has more z3 terms (the
+    partial evaluation the fixed token allowed is lost), so each case keeps its own encoding."""
+    from verifier.evaluator import make_evaluator
+    from verifier.smt.encoding import Encoder, forward, union_box
+    problem = verifier.build_problem("composition", N=4, depth=2, n=2, p=19, f=3)
+    ev = make_evaluator(problem.model, problem.arith)
+    (case, group), *_ = _groups(problem.task)
+    assert len(group) > 1 and not Encoder(ev)(case, group).shared
+    assert forward(ev, union_box(group)).terms() > Encoder.SHARE_TERMS * forward(ev, case.domains).terms() > 0
+
+
+@pytest.mark.parametrize("kw", [dict(p=3, max_counterexamples=3), dict(p=4)])  # refuted, proved
+def test_cases_in_two_processes_give_what_one_process_gives(kw):
+    """Each case is solved in a z3 context of its own: the counterexamples, their order and the
+    coverage do not depend on how many processes decide the cases."""
+    one = verifier.prove("mqar", N=4, engine="smt", workers=1, **kw)
+    two = verifier.prove("mqar", N=4, engine="smt", workers=2, **kw)
+    assert (one.engine_stats["workers"], two.engine_stats["workers"]) == (1, 2)
+    assert two.engine_stats["shared_encodings"] == one.engine_stats["shared_encodings"] > 0
+    assert (two.verdict, two.covered, [c.tokens for c in two.counterexamples]) == \
+        (one.verdict, one.covered, [c.tokens for c in one.counterexamples])
+    assert len(one.counterexamples) == (3 if one.verdict == "refuted" else 0)
+
+
 def test_auto_picks_by_a_cost_model_and_says_why():
     small = verifier.prove("idxl", N=4, p=10)
     assert small.engine == "exhaustive (auto)" and "would take about" in small.engine_stats["auto"]
@@ -59,7 +116,7 @@ def test_auto_picks_by_a_cost_model_and_says_why():
 @pytest.mark.slow
 def test_solver_memory_is_a_peak_not_a_sum_over_solves():
     import resource
-    r = verifier.prove("idxl", N=8, p=12, sigma=64, eta=1.0, engine="smt")
+    r = verifier.prove("idxl", N=8, p=12, sigma=64, eta=1.0, engine="smt", workers=1)  # z3 in this process
     assert r.engine_stats["decided_by_solver"] > 1
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert 0 < r.engine_stats["max memory"] <= peak_mb  # z3's memory is part of this process's

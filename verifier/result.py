@@ -167,9 +167,12 @@ class Result:
             won = st.get("answered_by") or {}  # the solver that decided each case, when it was not z3 alone
             solver = (next(iter(won)) if len(won) == 1 else ", ".join(f"{who} {n}" for who, n in won.items())) \
                 if won else st["solver"]
+            workers, shared = st.get("workers", 1), st.get("shared_encodings", 0)  # absent from older cached rows
             lines.append(f"  cases       {st['cases']} case splits: {st['decided_by_evaluation']} decided by partial "
                          f"evaluation, {st['decided_by_solver']} by {solver} ({st['theory']}) in "
-                         f"{st['solver_seconds']:.2f} s")
+                         f"{st['solver_seconds']:.2f} s"
+                         + (f" summed over {workers} processes" if workers > 1 and st["decided_by_solver"] else "")
+                         + (f"; {shared} on their length's shared forward pass" if shared else ""))
         if "boxes" in st:
             margin = st["certified_margin"]
             if margin is None:

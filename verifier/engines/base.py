@@ -6,7 +6,9 @@ one place (`verifier.runs.api`), whatever the engine.
 
 from __future__ import annotations
 
+import itertools
 import math
+import multiprocessing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
@@ -205,3 +207,27 @@ def group_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     group = np.empty(P, np.int64)
     group[at] = np.cumsum(new) - 1
     return group, at[new]
+
+
+def in_order(items, in_flight: int, submit: Callable, take: Callable, deadline: Deadline, result: EngineResult) -> None:
+    """Keep `in_flight` items submitted (`submit(item)` returns a handle with `get(timeout)`: a
+    pool's or a cluster's) and take their results in the items' order, so that ``covered`` stays
+    a prefix; `take(r)` returns True to stop.  Past the deadline, the result's status is TIMEOUT."""
+    it = iter(items)
+    pending = [submit(x) for x in itertools.islice(it, in_flight)]
+    while pending:
+        left = deadline.left()
+        if left is not None and left <= 0:
+            result.status = Status.TIMEOUT
+            return
+        try:
+            r = pending[0].get(timeout=left)
+        except (multiprocessing.TimeoutError, TimeoutError):
+            result.status = Status.TIMEOUT
+            return
+        pending.pop(0)
+        if take(r):
+            return
+        nxt = next(it, None)
+        if nxt is not None:
+            pending.append(submit(nxt))

@@ -12,7 +12,6 @@ stops waiting for a worker's chunk when it passes.
 
 from __future__ import annotations
 
-import itertools
 import math
 import multiprocessing
 import os
@@ -27,7 +26,7 @@ from ..support import interrupts
 from ..support.budget import Deadline, TimedOut, shielded
 from ..tasks.base import Checked
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick
+from .base import EngineResult, Found, Problem, RunOptions, Tick, in_order
 
 CHUNK = 1 << 17
 PARALLEL_ABOVE = 1 << 18
@@ -146,9 +145,8 @@ class Exhaustive:
             _STATE.update(task=problem.task, evaluator=ev, limit=limit)
             if cluster is not None:
                 shared = cluster.scatter(problem)
-                self._in_order(chunks, 2 * cluster.slots,
-                               lambda a, b: cluster.submit(_check_remote, shared, limit, a, b),
-                               take, opts.deadline, result)
+                in_order(chunks, 2 * cluster.slots, lambda ab: cluster.submit(_check_remote, shared, limit, *ab),
+                         take, opts.deadline, result)
             elif workers == 1:
                 for a, b in chunks:
                     chunk = _check_range(problem.task, ev, limit, a, b, opts.deadline)
@@ -160,8 +158,8 @@ class Exhaustive:
             else:
                 pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
                 try:
-                    self._in_order(chunks, 2 * workers, lambda a, b: pool.apply_async(_check, (a, b)), take,
-                                   opts.deadline, result)
+                    in_order(chunks, 2 * workers, lambda ab: pool.apply_async(_check, ab), take, opts.deadline,
+                             result)
                 finally:
                     with shielded():  # no worker outlives the run
                         pool.terminate()
@@ -176,26 +174,3 @@ class Exhaustive:
         if cluster is not None:
             result.stats["cluster"] = cluster.describe()
         return result
-
-    @staticmethod
-    def _in_order(chunks, in_flight: int, submit, take, deadline, result) -> None:
-        """Keep `in_flight` chunks submitted (`submit(a, b)` returns a handle with `get(timeout)`)
-        and take their results in enumeration order, so that `covered` stays a prefix."""
-        it = iter(chunks)
-        pending = [submit(a, b) for a, b in itertools.islice(it, in_flight)]
-        while pending:
-            left = deadline.left()
-            if left is not None and left <= 0:
-                result.status = Status.TIMEOUT
-                return
-            try:
-                chunk = pending[0].get(timeout=left)
-            except (multiprocessing.TimeoutError, TimeoutError):
-                result.status = Status.TIMEOUT
-                return
-            pending.pop(0)
-            if take(chunk):
-                return
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(submit(*nxt))

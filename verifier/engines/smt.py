@@ -1,19 +1,25 @@
 """The SMT engine (z3; bit-vectors by default, or integers): a proof for every input, case by case.
 
-For each case split of the task (an input length and a query token), `encoding.encode` builds
-"the model fails on some input of this case".  A formula that partial evaluation reduces to a
-constant or to a table over one token is decided there and then, exactly; the rest goes to z3.
-UNSAT proves every input of the case; a model is decoded into a concrete input, evaluated by the
-batched evaluator (a disagreement is an InternalError, never a verdict) and returned, to be
-replayed once more by `verifier.runs.api`.  Cases run in enumeration order, so ``covered`` (the
-inputs of the cases decided) is a prefix.
+For each case split of the task (an input length and a query token), `encoding.Encoder` builds
+"the model fails on some input of this case" (the cases of a length share one forward pass where
+that costs the solver nothing).  A formula that partial evaluation reduces to a constant or to a
+table over one token is decided there and then, exactly; the rest goes to z3, in a context that
+holds only that case's formula.  UNSAT proves every input of the case; a model is decoded into a
+concrete input, evaluated by the batched evaluator (a disagreement is an InternalError, never a
+verdict) and returned, to be replayed once more by `verifier.runs.api`.  Cases are decided in
+several processes at once for a large space and merged in enumeration order, so ``covered`` (the
+inputs of the cases decided) is a prefix, and the counterexamples are those one process finds.
 """
 
 from __future__ import annotations
 
+import itertools
+import multiprocessing
+import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import z3
@@ -21,18 +27,21 @@ import z3
 from ..evaluator import Evaluator, RecurrentEvaluator, make_evaluator
 from ..floats import FloatArith
 from ..smt import solvers
-from ..smt.encoding import encode
+from ..smt.encoding import Encoder
 from ..smt.floats import SymFloat, TableTooLarge, float_unsupported
 from ..support import interrupts
-from ..support.budget import Deadline, TimedOut, fresh_z3_context
+from ..support.budget import Deadline, TimedOut, fresh_z3_context, shielded, solving
 from ..support.errors import InputError, InternalError
+from ..tasks import Case
 from ..tasks.base import case_splits
 from ..verdicts import Status
-from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only
+from .base import EngineResult, Found, Problem, RunOptions, Tick, codes_only, in_order
+from .exhaustive import PARALLEL_ABOVE
 
 STAT_KEYS = ("conflicts", "decisions", "propagations", "sat conflicts", "sat decisions")  # summed over solves
 PEAKS = ("max memory",)  # z3's peak memory in MB: the largest over the solves
 DECIDED = ("table", "sat", "unsat")  # how `solve_case` decides a case; anything else leaves it undecided
+INTERRUPTED = "interrupted"  # a worker's case that z3 stopped for a signal
 
 
 class Smt:
@@ -62,65 +71,80 @@ class Smt:
     def run(self, problem: Problem, opts: RunOptions) -> EngineResult:
         t0 = time.monotonic()
         opts.deadline.check()  # the tables are not worth building past it (`engines._run`)
-        fresh_z3_context()  # a run's model must not depend on the runs before it
+        fresh_z3_context()  # the terms are built in it, and an earlier run's interrupt leaves it cancelled
         task = problem.task
         ev = make_evaluator(problem.model, problem.arith)
+        workers = self._workers(problem, opts)
         result = EngineResult(Status.COMPLETE, 0, [])
-        stats = {"solver": "z3 " + z3.get_version_string(), "cases": 0,
+        stats = {"solver": "z3 " + z3.get_version_string(), "cases": 0, "workers": workers,
                  "theory": "fp" if isinstance(problem.arith, FloatArith) else self.theory,
-                 "decided_by_evaluation": 0, "decided_by_solver": 0, "solver_seconds": 0.0, "unfinished_case": None}
-        totals: dict[str, float] = {}
+                 "decided_by_evaluation": 0, "decided_by_solver": 0, "shared_encodings": 0, "solver_seconds": 0.0,
+                 "unfinished_case": None}
+        totals: dict = {}
         exact_margin = True  # every case's readout margin was a table
-        case = None
         # counting the cases costs one more pass over them: only for a display that shows it
         n_cases = sum(1 for _ in case_splits(task)) if opts.progress else None
+        ahead: dict[int, Case] = {}  # the cases handed out and not yet merged, by index
 
         def tick(case_name: Optional[str]) -> None:
             if opts.progress:
                 opts.progress(Tick(result.covered, task.total, stats["cases"], n_cases, case_name))
 
+        def indices() -> Iterator[int]:
+            for k, case in enumerate(case_splits(task)):
+                ahead[k] = case
+                yield k
+
+        def take(decided: _Decided) -> bool:
+            """Merge the next case in enumeration order; True when the run stops there."""
+            nonlocal exact_margin
+            case = ahead.pop(stats["cases"])
+            stats["cases"] += 1
+            stats["decided_by_solver" if decided.by_solver else "decided_by_evaluation"] += 1
+            stats["shared_encodings"] += decided.shared
+            stats["solver_seconds"] += decided.solver_seconds
+            _add_totals(totals, decided.totals)
+            if decided.margin is None:
+                exact_margin = False
+            elif result.min_margin is None or decided.margin[0] < result.min_margin:
+                result.min_margin, result.tightest = decided.margin[0], task.index_of(decided.margin[1])
+            result.found.extend(decided.found[:opts.max_counterexamples - len(result.found)])
+            if decided.status == INTERRUPTED:  # in a worker: the run stops as it would in one process
+                raise KeyboardInterrupt
+            if decided.status not in DECIDED:  # out of time, the solver gave up, or a table too large
+                result.status = Status.TIMEOUT if decided.status == "timeout" else Status.INCOMPLETE
+                stats["unfinished_case"], stats["solver_reason"] = case.name, decided.status
+                return True
+            if len(result.found) >= opts.max_counterexamples:
+                return True
+            result.covered += case.count
+            tick(ahead[stats["cases"]].name if stats["cases"] in ahead else None)
+            return False
+
+        _STATE.update(engine=self, evaluator=ev, task=task, opts=opts)
         try:
-            for case in case_splits(task):
-                opts.deadline.check()
-                tick(case.name)
-                stats["cases"] += 1
+            if workers == 1:
+                for k in indices():
+                    tick(ahead[k].name)
+                    if take(_decide(k)):
+                        break
+            else:
+                pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
                 try:
-                    enc = encode(ev, case, self.theory, opts.deadline)
-                except TableTooLarge as exc:  # exp's table in a float format: the case is left undecided
-                    result.status, stats["unfinished_case"] = Status.INCOMPLETE, case.name
-                    stats["solver_reason"] = str(exc)
-                    break
-                want = opts.max_counterexamples - len(result.found)
-                found_margins = enc.margins()
-                if found_margins is None:
-                    exact_margin = False
-                else:
-                    margins, var = found_margins
-                    i = int(np.argmin(margins))
-                    if result.min_margin is None or margins[i] < result.min_margin:
-                        result.min_margin = float(margins[i])
-                        result.tightest = task.index_of(self._input_at(enc, i, var))
-                by_solver = enc.fail.expr is not None
-                stats["decided_by_solver" if by_solver else "decided_by_evaluation"] += 1
-                ts = time.monotonic()
-                inputs, status = self.solve_case(enc, want, opts.deadline, opts.solver, totals,
-                                                 self._export(opts, stats["cases"], case.name, enc) if by_solver
-                                                 else None)
-                stats["solver_seconds"] += (time.monotonic() - ts) if by_solver else 0.0
-                result.found.extend(self._found(ev, task, enc, inputs))
-                if status not in DECIDED:  # out of time, or z3 gave up
-                    result.status = Status.TIMEOUT if status == "timeout" else Status.INCOMPLETE
-                    stats["unfinished_case"] = case.name
-                    stats["solver_reason"] = status
-                    break
-                if len(result.found) >= opts.max_counterexamples:
-                    break
-                result.covered += case.count
-                tick(None)
+                    in_order(indices(), 2 * workers, lambda k: pool.apply_async(_decide, (k,)), take, opts.deadline,
+                             result)
+                finally:
+                    with shielded():  # no worker outlives the run
+                        pool.terminate()
+                        pool.join()
         except TimedOut:
-            result.status, stats["unfinished_case"] = Status.TIMEOUT, case.name if case is not None else None
+            result.status = Status.TIMEOUT
         except KeyboardInterrupt:
-            result.status, stats["unfinished_case"] = Status.INTERRUPTED, case.name if case is not None else None
+            result.status = Status.INTERRUPTED
+        finally:
+            _STATE.clear()
+        if result.status in (Status.TIMEOUT, Status.INTERRUPTED) and stats["unfinished_case"] is None:
+            stats["unfinished_case"] = ahead[stats["cases"]].name if stats["cases"] in ahead else None
         if not exact_margin:  # a margin over some cases only would mislead
             result.min_margin = result.tightest = None
         elif result.min_margin is not None:
@@ -130,6 +154,39 @@ class Smt:
         stats["seconds"] = time.monotonic() - t0
         result.stats = stats
         return result
+
+    @staticmethod
+    def _workers(problem: Problem, opts: RunOptions) -> int:
+        """Processes that decide cases at once: --workers, else both cores for a large space.  One
+        for the portfolio, which already runs a solver per core, and for an --smtlib export, which
+        writes the cases the run decided and no case past where it stopped."""
+        if solvers.resolve(opts.solver) == "portfolio" or opts.smtlib is not None:
+            return 1
+        return opts.workers or (min(2, os.cpu_count() or 1) if problem.task.total > PARALLEL_ABOVE else 1)
+
+    def decide(self, encoder: Encoder, case: Case, group: list[Case], number: int) -> "_Decided":
+        """One case (of `group`, its length's), encoded by `encoder` and decided, and its
+        counterexamples replayed on the evaluator, in the process that decides it."""
+        ev, task, opts = _STATE["evaluator"], _STATE["task"], _STATE["opts"]
+        try:
+            enc = encoder(case, group)
+        except TableTooLarge as exc:  # exp's table in a float format: the case is left undecided
+            return _Decided(str(exc))
+        except TimedOut:
+            return _Decided("timeout")
+        found_margins = enc.margins()
+        margin = None
+        if found_margins is not None:
+            margins, var = found_margins
+            i = int(np.argmin(margins))
+            margin = (float(margins[i]), self._input_at(enc, i, var))
+        by_solver = enc.fail.expr is not None
+        totals: dict = {}
+        ts = time.monotonic()
+        text = self._export(opts, number, case.name, enc) if by_solver else None
+        inputs, status = self.solve_case(enc, opts.max_counterexamples, opts.deadline, opts.solver, totals, text)
+        return _Decided(status, self._found(ev, task, enc, inputs), by_solver, enc.shared, margin, totals,
+                        time.monotonic() - ts if by_solver else 0.0)
 
     @staticmethod
     def _input_at(enc, i: int, var: Optional[int]) -> list[int]:
@@ -211,20 +268,25 @@ class Smt:
             found.append([int(d[0]) if tv is None else values[str(tv)] for tv, d in zip(S.tokens, enc.case.domains)])
             if len(found) >= want:
                 return found, "sat"
+        # in a context of its own, with nothing but the case's formula: its model does not depend on
+        # what this process built before (the cases before it, or its length's shared pass)
+        ctx = z3.Context()
         if isinstance(S, SymFloat):
-            solver = S.z3_solver()
+            solver = S.z3_solver(ctx)
         else:
-            solver = z3.SolverFor("QF_BV") if S.theory == "bv" else z3.Solver()
-        solver.add(*cls._assertions(enc))
+            solver = z3.SolverFor("QF_BV", ctx=ctx) if S.theory == "bv" else z3.Solver(ctx=ctx)
+        solver.add(*[a.translate(ctx) for a in cls._assertions(enc)])
+        token_vars = [None if tv is None else tv.translate(ctx) for tv in S.tokens]
         for tokens in found:  # another solver's answer: z3 looks for the next one
-            cls._block(solver, S, tokens)
+            cls._block(solver, token_vars, tokens)
         while len(found) < want:
             left = deadline.left()
             if left is not None:
                 if left <= 0:
                     return found, "timeout"
                 solver.set("timeout", max(1, int(left * 1000)))
-            answer = solver.check()
+            with solving(ctx):  # a deadline's alarm and SIGTERM cancel it (`budget.interrupt_z3`)
+                answer = solver.check()
             st = solver.statistics()
             for key in st.keys():
                 if key in PEAKS:  # a peak over the run, not a sum over its solver calls
@@ -240,15 +302,16 @@ class Smt:
                 return found, "timeout" if why in ("timeout", "canceled") else why or "unknown"
             model = solver.model()
             tokens = [int(d[0]) if tv is None else model.eval(tv, model_completion=True).as_long()
-                      for tv, d in zip(S.tokens, enc.case.domains)]
+                      for tv, d in zip(token_vars, enc.case.domains)]
             found.append(tokens)
-            cls._block(solver, S, tokens)
+            cls._block(solver, token_vars, tokens)
         return found, "sat"
 
     @staticmethod
-    def _block(solver, S, tokens: list[int]) -> None:
+    def _block(solver, token_vars: list, tokens: list[int]) -> None:
         """No more models at this input."""
-        solver.add(z3.Or([tv != tokens[j] for j, tv in enumerate(S.tokens) if tv is not None] or [z3.BoolVal(False)]))
+        solver.add(z3.Or([tv != tokens[j] for j, tv in enumerate(token_vars) if tv is not None]
+                         or [z3.BoolVal(False, solver.ctx)]))
 
     @staticmethod
     def _found(ev: Evaluator | RecurrentEvaluator, task, enc, inputs: list[list[int]]) -> list[Found]:
@@ -264,3 +327,63 @@ class Smt:
                     f"(expected {task.answer_text(expected[0])}); {enc.compare(ev, tokens)}")
             out.append(Found.of(judged, 0, task.index_of(tokens), arr[0]))
         return out
+
+
+
+@dataclass
+class _Decided:
+    """A case as `Smt.decide` leaves it (what a worker sends back: no z3 object)."""
+
+    status: str  # one of DECIDED, "timeout", or why the case is undecided
+    found: list[Found] = field(default_factory=list)
+    by_solver: bool = False
+    shared: bool = False  # its encoding shared its length's forward pass (`Encoder`)
+    margin: Optional[tuple[float, list[int]]] = None  # the smallest readout margin (codes) and its input;
+    # None: not a table
+    totals: dict = field(default_factory=dict)  # the solver's statistics
+    solver_seconds: float = 0.0
+
+
+def _add_totals(into: dict, part: dict) -> None:
+    """Solver statistics of one more case: summed, peaks as maxima, answering solvers counted."""
+    for key, value in part.items():
+        if key == "answered_by":
+            counts = into.setdefault(key, {})
+            for who, n in value.items():
+                counts[who] = counts.get(who, 0) + n
+        elif key in PEAKS:
+            into[key] = max(into.get(key, 0), value)
+        else:
+            into[key] = into.get(key, 0) + value
+
+
+_STATE: dict = {}  # the run's engine, evaluator, task and options: set before forking, inherited by the workers
+
+
+class _Cases:
+    """The task's cases in enumeration order, read lazily a length at a time (consecutive cases of
+    one length: what an `Encoder` shares a forward pass among).  Asked for in increasing order."""
+
+    def __init__(self, task):
+        self._groups = itertools.groupby(case_splits(task), key=lambda c: c.length)
+        self.first, self.group = 0, []  # the index of the group's first case, and the group
+
+    def __getitem__(self, k: int) -> tuple[Case, list[Case]]:
+        while k >= self.first + len(self.group):
+            self.first += len(self.group)
+            self.group = list(next(self._groups)[1])
+        return self.group[k - self.first], self.group
+
+
+def _decide(k: int) -> _Decided:
+    """Case k of the run in `_STATE`: the process's own case stream and encoder, made on its first case."""
+    if "cases" not in _STATE:
+        _STATE.update(cases=_Cases(_STATE["task"]), encoder=Encoder(_STATE["evaluator"], _STATE["engine"].theory,
+                                                                    _STATE["opts"].deadline))
+    case, group = _STATE["cases"][k]
+    try:
+        return _STATE["engine"].decide(_STATE["encoder"], case, group, k + 1)
+    except KeyboardInterrupt:  # z3 caught a signal: a worker that raised it would die and its case never return
+        if multiprocessing.current_process().daemon:
+            return _Decided(INTERRUPTED)
+        raise

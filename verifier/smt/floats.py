@@ -89,10 +89,10 @@ class SymFloat(SymFX):
     logic = "QF_BVFP"
 
     @staticmethod
-    def z3_solver() -> z3.Solver:
+    def z3_solver(ctx: z3.Context | None = None) -> z3.Solver:
         """z3 on the case: floating point to bit-vectors, bit-blasted, SAT (its default strategy for
         QF_BVFP gave up after 75 s on a 3-token index-lookup case this decides in 11 s)."""
-        return z3.Then("simplify", "fpa2bv", "simplify", "bit-blast", "sat").solver()
+        return z3.Then("simplify", "fpa2bv", "simplify", "bit-blast", "sat", ctx=ctx).solver()
 
     # -- constants and tables -------------------------------------------------------------------
     def num(self, v, like=None):

@@ -95,6 +95,27 @@ class Deadline:
             yield self
 
 
+_solving: list = []  # z3 contexts a solve is under way in (the SMT engine solves each case in one of its own)
+
+
+@contextlib.contextmanager
+def solving(ctx: z3.Context) -> Iterator[z3.Context]:
+    """Within: `interrupt_z3` reaches a solve in `ctx`, a context other than z3's default."""
+    _solving.append(ctx)
+    try:
+        yield ctx
+    finally:
+        _solving.remove(ctx)
+
+
+def interrupt_z3() -> None:
+    """Cancel z3's work under way (thread-safe): in its default context and in every context a
+    solve runs in."""
+    z3.main_ctx().interrupt()
+    for ctx in list(_solving):
+        ctx.interrupt()
+
+
 def fresh_z3_context() -> None:
     """Start z3's default context anew.  The model z3 returns depends on the context's history (the
     terms built before), so without this a run's counterexample would depend on the runs made
@@ -133,7 +154,7 @@ class _Alarms:
                 if not w["open"]:
                     return
                 w["fired"] = True
-                z3.main_ctx().interrupt()
+                interrupt_z3()
                 signal.pthread_kill(main, signal.SIGALRM)
 
         timer = threading.Timer(max(0.0, deadline.left()) + GRACE, fire)

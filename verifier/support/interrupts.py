@@ -25,9 +25,7 @@ import os
 import signal
 import threading
 
-import z3
-
-from .budget import RETRY, _in_finalizer
+from .budget import RETRY, _in_finalizer, interrupt_z3
 
 _state: dict = {"cause": None, "installed": False, "requested": False}
 
@@ -70,7 +68,7 @@ def install() -> None:
         while True:
             if signal.SIGTERM in os.read(read_fd, 64):
                 _state["requested"] = True
-                z3.main_ctx().interrupt()
+                interrupt_z3()
 
     threading.Thread(target=watch, name="sigterm-watcher", daemon=True).start()
     _state["installed"] = True
