@@ -84,6 +84,38 @@ def test_a_length_is_not_shared_where_a_fixed_token_removes_terms():
     assert forward(ev, union_box(group)).terms() > Encoder.SHARE_TERMS * forward(ev, case.domains).terms() > 0
 
 
+def test_a_union_whose_exp_table_is_too_large_leaves_each_case_its_own(monkeypatch):
+    """A float format's exp table can fit every case's logits and not the union's: the cases are
+    then encoded one by one, never left undecided for it."""
+    from verifier.evaluator import make_evaluator
+    from verifier.smt import encoding
+    from verifier.smt.floats import TableTooLarge
+    problem = verifier.build_problem("mqar", N=4, p=16)
+    ev = make_evaluator(problem.model, problem.arith)
+    real = encoding.forward
+
+    def forward(ev, domains, *a):
+        if len(domains[-1]) > 1:  # MQAR's cases fix the query: this is a union
+            raise TableTooLarge("the union's exp table")
+        return real(ev, domains, *a)
+
+    monkeypatch.setattr(encoding, "forward", forward)
+    case, group = _groups(problem.task)[0]
+    assert len(group) > 1 and not encoding.Encoder(ev)(case, group).shared
+
+
+def test_a_solver_that_fails_in_a_worker_answers_so():
+    """In a pool's worker (daemonic: it may not fork) bitwuzla runs in the worker itself; its
+    failure is the case's answer, as in a forked child, not an exception that ends the worker."""
+    pytest.importorskip("bitwuzla")
+    import multiprocessing
+
+    from verifier.smt import solvers
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        answer, _, who = pool.apply(solvers.solve, ("bitwuzla", "(assert (= x", ["x"], 5.0))
+    assert answer.startswith("error:") and who == "bitwuzla"
+
+
 @pytest.mark.parametrize("kw", [dict(p=3, max_counterexamples=3), dict(p=4)])  # refuted, proved
 def test_cases_in_two_processes_give_what_one_process_gives(kw):
     """Each case is solved in a z3 context of its own: the counterexamples, their order and the

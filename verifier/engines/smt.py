@@ -99,6 +99,9 @@ class Smt:
             """Merge the next case in enumeration order; True when the run stops there."""
             nonlocal exact_margin
             case = ahead.pop(stats["cases"])
+            if decided.status == INTERRUPTED:  # in a worker: the run stops as it would in one process
+                stats["unfinished_case"] = case.name
+                raise KeyboardInterrupt
             stats["cases"] += 1
             stats["decided_by_solver" if decided.by_solver else "decided_by_evaluation"] += 1
             stats["shared_encodings"] += decided.shared
@@ -109,13 +112,11 @@ class Smt:
             elif result.min_margin is None or decided.margin[0] < result.min_margin:
                 result.min_margin, result.tightest = decided.margin[0], task.index_of(decided.margin[1])
             result.found.extend(decided.found[:opts.max_counterexamples - len(result.found)])
-            if decided.status == INTERRUPTED:  # in a worker: the run stops as it would in one process
-                raise KeyboardInterrupt
+            if len(result.found) >= opts.max_counterexamples:  # refuted, whatever more the case was asked for
+                return True
             if decided.status not in DECIDED:  # out of time, the solver gave up, or a table too large
                 result.status = Status.TIMEOUT if decided.status == "timeout" else Status.INCOMPLETE
                 stats["unfinished_case"], stats["solver_reason"] = case.name, decided.status
-                return True
-            if len(result.found) >= opts.max_counterexamples:
                 return True
             result.covered += case.count
             tick(ahead[stats["cases"]].name if stats["cases"] in ahead else None)
@@ -126,13 +127,14 @@ class Smt:
             if workers == 1:
                 for k in indices():
                     tick(ahead[k].name)
-                    if take(_decide(k)):
+                    if take(_decide(k, opts.max_counterexamples - len(result.found))):
                         break
             else:
                 pool = multiprocessing.get_context("fork").Pool(workers, initializer=interrupts.worker_init)
                 try:
-                    in_order(indices(), 2 * workers, lambda k: pool.apply_async(_decide, (k,)), take, opts.deadline,
-                             result)
+                    # a worker cannot know how many counterexamples the cases before its own will find
+                    in_order(indices(), 2 * workers, lambda k: pool.apply_async(_decide, (k, opts.max_counterexamples)),
+                             take, opts.deadline, result)
                 finally:
                     with shielded():  # no worker outlives the run
                         pool.terminate()
@@ -164,9 +166,10 @@ class Smt:
             return 1
         return opts.workers or (min(2, os.cpu_count() or 1) if problem.task.total > PARALLEL_ABOVE else 1)
 
-    def decide(self, encoder: Encoder, case: Case, group: list[Case], number: int) -> "_Decided":
-        """One case (of `group`, its length's), encoded by `encoder` and decided, and its
-        counterexamples replayed on the evaluator, in the process that decides it."""
+    def decide(self, encoder: Encoder, case: Case, group: list[Case], number: int, want: int) -> "_Decided":
+        """One case (of `group`, its length's), encoded by `encoder` and decided (up to `want`
+        counterexamples), and its counterexamples replayed on the evaluator, in the process that
+        decides it."""
         ev, task, opts = _STATE["evaluator"], _STATE["task"], _STATE["opts"]
         try:
             enc = encoder(case, group)
@@ -184,7 +187,7 @@ class Smt:
         totals: dict = {}
         ts = time.monotonic()
         text = self._export(opts, number, case.name, enc) if by_solver else None
-        inputs, status = self.solve_case(enc, opts.max_counterexamples, opts.deadline, opts.solver, totals, text)
+        inputs, status = self.solve_case(enc, want, opts.deadline, opts.solver, totals, text)
         return _Decided(status, self._found(ev, task, enc, inputs), by_solver, enc.shared, margin, totals,
                         time.monotonic() - ts if by_solver else 0.0)
 
@@ -375,15 +378,16 @@ class _Cases:
         return self.group[k - self.first], self.group
 
 
-def _decide(k: int) -> _Decided:
-    """Case k of the run in `_STATE`: the process's own case stream and encoder, made on its first case."""
+def _decide(k: int, want: int) -> _Decided:
+    """Case k of the run in `_STATE` (up to `want` counterexamples): the process's own case stream
+    and encoder, made on its first case."""
     if "cases" not in _STATE:
         _STATE.update(cases=_Cases(_STATE["task"]), encoder=Encoder(_STATE["evaluator"], _STATE["engine"].theory,
                                                                     _STATE["opts"].deadline))
     case, group = _STATE["cases"][k]
     try:
-        return _STATE["engine"].decide(_STATE["encoder"], case, group, k + 1)
-    except KeyboardInterrupt:  # z3 caught a signal: a worker that raised it would die and its case never return
+        return _STATE["engine"].decide(_STATE["encoder"], case, group, k + 1, want)
+    except (KeyboardInterrupt, TimedOut) as exc:  # a pool's worker that raised it would die, its case lost
         if multiprocessing.current_process().daemon:
-            return _Decided(INTERRUPTED)
+            return _Decided(INTERRUPTED if isinstance(exc, KeyboardInterrupt) else "timeout")
         raise

@@ -24,7 +24,7 @@ from ..floats import FloatArith
 from ..support.budget import Deadline
 from ..tasks import Case
 from ..tasks.base import NO_ANSWER
-from .floats import SymFloat
+from .floats import SymFloat, TableTooLarge
 from .symbolic import Sym, SymFX
 
 
@@ -290,7 +290,10 @@ class Encoder:
         first = forward(self.ev, group[0].domains, self.theory, self.deadline).terms()
         if first == 0:  # a table decides it: the solver would get more from any union
             return None
-        union = forward(self.ev, union_box(group), self.theory, self.deadline)
+        try:
+            union = forward(self.ev, union_box(group), self.theory, self.deadline)
+        except TableTooLarge:  # a float format's exp table over the union's logits: each case on its own
+            return None
         return union if union.terms() <= self.SHARE_TERMS * first else None
 
 

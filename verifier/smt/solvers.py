@@ -22,6 +22,7 @@ from typing import Optional
 
 import z3
 
+from ..support.budget import solving
 from ..support.errors import InputError
 
 SOLVERS = ("z3", "bitwuzla", "cvc5")
@@ -69,21 +70,25 @@ def solve(name: str, text: str, names: list[str], timeout: Optional[float]) -> t
     sat, unsat, timeout or a solver's reason for not deciding."""
     chosen = pick(text) if name == "auto" else name
     # z3 answers Ctrl-C itself; a pool's worker (daemonic) may not fork, and its parent stops it
-    if chosen == "z3" or (chosen != "portfolio" and multiprocessing.current_process().daemon):
+    if chosen == "z3":
         answer, values = _run(chosen, text, names, timeout)
-        who = f"z3 {z3.get_version_string()}" if chosen == "z3" else chosen  # as the verdict names z3 when asked
-        return answer, values, who
+        return answer, values, f"z3 {z3.get_version_string()}"  # as the verdict names z3 when asked for it
+    if chosen != "portfolio" and multiprocessing.current_process().daemon:
+        return _answer(chosen, text, names, timeout)
+
     return _portfolio(installed() if chosen == "portfolio" else [chosen], text, names, timeout)
 
 
 def _run(name: str, text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict]:
     ms = None if timeout is None else max(1, int(timeout * 1000))
     if name == "z3":
-        s = z3.Solver()
+        ctx = z3.Context()  # the text alone: its model does not depend on what this process built before
+        s = z3.Solver(ctx=ctx)
         if ms is not None:
             s.set("timeout", ms)
         s.from_string(text)
-        r = s.check()
+        with solving(ctx):  # a deadline's alarm and SIGTERM cancel it
+            r = s.check()
         if r == z3.unknown:
             why = s.reason_unknown()
             return ("timeout" if why in ("timeout", "canceled") else why or "unknown"), {}
@@ -129,11 +134,17 @@ def _run(name: str, text: str, names: list[str], timeout: Optional[float]) -> tu
                    if str(t) in names}
 
 
-def _child(name: str, text: str, names: list[str], timeout: Optional[float], conn) -> None:
+def _answer(name: str, text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict, str]:
+    """(answer, values, name): a solver's failure is its answer, never the run's end."""
     try:
-        conn.send((name, *_run(name, text, names, timeout)))
-    except Exception as exc:  # a solver's failure is its answer: the others may still decide
-        conn.send((name, f"error: {type(exc).__name__}: {exc}", {}))
+        return (*_run(name, text, names, timeout), name)
+    except Exception as exc:  # in a portfolio the others may still decide
+        return f"error: {type(exc).__name__}: {exc}", {}, name
+
+
+def _child(name: str, text: str, names: list[str], timeout: Optional[float], conn) -> None:
+    answer, values, who = _answer(name, text, names, timeout)
+    conn.send((who, answer, values))
 
 
 def _portfolio(names_: list[str], text: str, names: list[str], timeout: Optional[float]) -> tuple[str, dict, str]:
