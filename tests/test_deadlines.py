@@ -240,3 +240,9 @@ def test_a_synthesis_keeps_the_deadline(monkeypatch):
     monkeypatch.setattr(z3.Solver, "check", lambda self, *a: pytest.fail("a solve after the deadline"))
     s = synthesize(task, cert, 1, 1, fx, deadline=After(1))
     assert s.verdict == "unknown" and s.stats["reason"] == "timeout"
+
+
+def test_a_size_in_a_message_is_never_zero():
+    from verifier.support.budget import fmt_bytes
+    assert [fmt_bytes(n) for n in (10, 300_000, 3 * 2 ** 20, 2 ** 29, 3 * 2 ** 30)] == \
+        ["10 bytes", "293 KiB", "3 MiB", "0.5 GiB", "3.0 GiB"]
