@@ -90,9 +90,14 @@ class Smt:
             if opts.progress:
                 opts.progress(Tick(result.covered, task.total, stats["cases"], n_cases, case_name))
 
+        stream = _Cases(task)
+
         def indices() -> Iterator[int]:
-            for k, case in enumerate(case_splits(task)):
-                ahead[k] = case
+            for k in itertools.count():
+                try:
+                    ahead[k] = stream[k][0]
+                except StopIteration:
+                    return
                 yield k
 
         def take(decided: _Decided) -> bool:
@@ -124,7 +129,8 @@ class Smt:
 
         _STATE.update(engine=self, evaluator=ev, task=task, opts=opts)
         try:
-            if workers == 1:
+            if workers == 1:  # this process's `_decide` reads the same stream
+                _STATE.update(cases=stream, encoder=Encoder(ev, self.theory, opts.deadline))
                 for k in indices():
                     tick(ahead[k].name)
                     if take(_decide(k, opts.max_counterexamples - len(result.found))):
@@ -332,7 +338,6 @@ class Smt:
         return out
 
 
-
 @dataclass
 class _Decided:
     """A case as `Smt.decide` leaves it (what a worker sends back: no z3 object)."""
@@ -379,9 +384,9 @@ class _Cases:
 
 
 def _decide(k: int, want: int) -> _Decided:
-    """Case k of the run in `_STATE` (up to `want` counterexamples): the process's own case stream
-    and encoder, made on its first case."""
-    if "cases" not in _STATE:
+    """Case k of the run in `_STATE` (up to `want` counterexamples), from the process's case stream
+    and encoder: the run's own in one process, a worker's made on its first case."""
+    if "cases" not in _STATE:  # a worker's first case
         _STATE.update(cases=_Cases(_STATE["task"]), encoder=Encoder(_STATE["evaluator"], _STATE["engine"].theory,
                                                                     _STATE["opts"].deadline))
     case, group = _STATE["cases"][k]

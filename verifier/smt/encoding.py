@@ -275,26 +275,35 @@ class Encoder:
         self.ev, self.theory, self.deadline = ev, theory, deadline
         self.group: list[Case] | None = None  # the last group asked for (kept: its id stays its own)
         self.union: Forward | None = None  # its shared forward pass, or None
+        self.first: Forward | None = None  # its first case's own pass, built for the choice and used once
 
     def __call__(self, case: Case, group: list[Case]) -> Encoding:
         """The encoding of `case`, one of `group` (cases of its length, in enumeration order)."""
         if group is not self.group:
-            self.group, self.union = group, self._union(group)
-        if self.union is None:
-            return encode(self.ev, case, self.theory, self.deadline)
-        return specify(self.ev, self.union, case)
+            self.group, self.first, self.union = group, None, None
+            if len(group) > 1:
+                self._choose(group)
+        if self.union is not None:
+            return specify(self.ev, self.union, case)
+        if case is group[0] and self.first is not None:
+            fwd, self.first = self.first, None
+        else:
+            fwd = forward(self.ev, case.domains, self.theory, self.deadline)
+        return specify(self.ev, fwd, case)
 
-    def _union(self, group: list[Case]) -> Forward | None:
-        if len(group) < 2:
-            return None
-        first = forward(self.ev, group[0].domains, self.theory, self.deadline).terms()
-        if first == 0:  # a table decides it: the solver would get more from any union
-            return None
+    def _choose(self, group: list[Case]) -> None:
+        """Share the union's pass, or not; a float format's exp table that does not fit a pass (the
+        first case's or the union's) leaves each case its own."""
         try:
+            self.first = forward(self.ev, group[0].domains, self.theory, self.deadline)
+            terms = self.first.terms()
+            if terms == 0:  # a table decides it: the solver would get more from any union
+                return
             union = forward(self.ev, union_box(group), self.theory, self.deadline)
-        except TableTooLarge:  # a float format's exp table over the union's logits: each case on its own
-            return None
-        return union if union.terms() <= self.SHARE_TERMS * first else None
+        except TableTooLarge:
+            return
+        if union.terms() <= self.SHARE_TERMS * terms:
+            self.union, self.first = union, None
 
 
 def union_box(cases: list[Case]) -> list[np.ndarray]:

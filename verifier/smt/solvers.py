@@ -69,13 +69,11 @@ def solve(name: str, text: str, names: list[str], timeout: Optional[float]) -> t
     """(answer, values of the variables `names` when sat, the solver that answered).  answer is
     sat, unsat, timeout or a solver's reason for not deciding."""
     chosen = pick(text) if name == "auto" else name
-    # z3 answers Ctrl-C itself; a pool's worker (daemonic) may not fork, and its parent stops it
-    if chosen == "z3":
+    if chosen == "z3":  # in this process: z3 answers Ctrl-C itself
         answer, values = _run(chosen, text, names, timeout)
         return answer, values, f"z3 {z3.get_version_string()}"  # as the verdict names z3 when asked for it
-    if chosen != "portfolio" and multiprocessing.current_process().daemon:
-        return _answer(chosen, text, names, timeout)
-
+    if chosen != "portfolio" and multiprocessing.current_process().daemon:  # a pool's worker may not fork;
+        return _answer(chosen, text, names, timeout)  # its parent stops it
     return _portfolio(installed() if chosen == "portfolio" else [chosen], text, names, timeout)
 
 

@@ -238,10 +238,11 @@ def available_memory() -> int:
 
 def fmt_bytes(nbytes: float) -> str:
     """A size as a message says it: GiB from a quarter of one, then MiB, KiB, bytes (never "0 MiB")."""
-    for unit, size, least in (("GiB", 2 ** 30, 2 ** 28), ("MiB", 2 ** 20, 2 ** 20), ("KiB", 2 ** 10, 2 ** 10)):
-        if nbytes >= least:
-            return f"{nbytes / size:,.{1 if unit == 'GiB' else 0}f} {unit}"
-    return f"{nbytes:,.0f} bytes"
+    if nbytes >= 2 ** 28:
+        return f"{nbytes / 2 ** 30:,.1f} GiB"
+    if nbytes >= 2 ** 20:
+        return f"{nbytes / 2 ** 20:,.0f} MiB"
+    return f"{nbytes / 2 ** 10:,.0f} KiB" if nbytes >= 2 ** 10 else f"{nbytes:,.0f} bytes"
 
 
 def require_memory(nbytes: float, what: str) -> None:
